@@ -1,0 +1,28 @@
+# Two entry points that do all the set-up on a fresh machine:
+#   make lab    install, then run the built-in CPU lab (tiny model: SFT -> eval -> GRPO -> eval)
+#   make test   install, then run the test suite
+# The CPU build of torch is pinned here (not in pyproject) so that `pip install rlvr` on a GPU
+# machine keeps its CUDA build, while this CPU machine never downloads one.
+PYTHON ?= python3
+VENV   ?= .venv
+TORCH  ?= torch==2.13.0
+BIN     = $(VENV)/bin
+
+.PHONY: lab test install
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q "$(TORCH)"
+	$(BIN)/pip install -q -e ".[test]"
+	touch $@
+
+install: $(VENV)/.installed
+
+lab: install
+	$(BIN)/rlvr lab $(ARGS)
+
+test: install
+	$(BIN)/python -m pytest -q $(ARGS)

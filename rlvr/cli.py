@@ -1,0 +1,92 @@
+"""The `rlvr` command: lab | train | config.
+
+    rlvr lab                           the built-in CPU lab with its defaults
+    rlvr lab algo.beta=0.04            ... with any field overridden by dotted key
+    rlvr train my.toml train.lr=1e-6   your model and data, from a TOML file
+    rlvr train my.toml --dry-run       load and validate config and data, then stop
+    rlvr config                        every field with its default and meaning
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from rlvr.config import Config, ConfigError, field_help, load_config, to_toml
+from rlvr.data import DataError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Reinforcement learning of language models on verifiable rewards.")
+console = Console(stderr=True)
+
+OVERRIDES = typer.Argument(None, help="Dotted overrides such as algo.beta=0.04 (see `rlvr config`).", show_default=False)
+
+
+def _load(config: Optional[str], overrides: Optional[list[str]]) -> Config:
+    try:
+        return load_config(config, overrides or [])
+    except ConfigError as err:
+        console.print(f"[red]config error:[/] {err}")
+        raise typer.Exit(2) from None
+
+
+def _run(cfg: Config, command: str, quiet: bool) -> None:
+    from rlvr.metrics import Reporter
+    from rlvr.pipeline import run
+
+    try:
+        run(cfg, Reporter(console, enabled=not quiet), command)
+    except (ConfigError, DataError) as err:
+        console.print(f"[red]error:[/] {err}")
+        raise typer.Exit(2) from None
+
+
+@app.command()
+def lab(
+    overrides: Optional[list[str]] = OVERRIDES,
+    config: Optional[str] = typer.Option(None, "--config", "-c", help="TOML file applied before the overrides."),
+    quiet: bool = typer.Option(False, help="No progress bars."),
+) -> None:
+    """Build a tiny model, cold-start it with SFT, run GRPO on arithmetic, report held-out accuracy."""
+    _run(_load(config, overrides), "lab", quiet)
+
+
+@app.command()
+def train(
+    config: str = typer.Argument(..., help="TOML config file."),
+    overrides: Optional[list[str]] = OVERRIDES,
+    dry_run: bool = typer.Option(False, "--dry-run", help="Validate config and data, print the resolved config, stop."),
+    quiet: bool = typer.Option(False, help="No progress bars."),
+) -> None:
+    """Run the recipe (optional SFT, then GRPO) on the model and data a TOML file names."""
+    cfg = _load(config, overrides)
+    if dry_run:
+        from rlvr.pipeline import load_splits
+
+        try:
+            train_set, held_out = load_splits(cfg)
+        except (ConfigError, DataError) as err:
+            console.print(f"[red]error:[/] {err}")
+            raise typer.Exit(2) from None
+        sys.stdout.write(to_toml(cfg).lstrip("\n"))
+        console.print(f"[green]ok:[/] config valid; {len(train_set)} train and {len(held_out)} held-out examples")
+        return
+    _run(cfg, "train", quiet)
+
+
+@app.command("config")
+def show_config() -> None:
+    """List every config field with its default and help text."""
+    table = Table(show_lines=False)
+    for column in ("field", "default", "meaning"):
+        table.add_column(column)
+    for name, default, help_text in field_help():
+        table.add_row(name, default, help_text)
+    Console().print(table)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    app()

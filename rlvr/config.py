@@ -1,0 +1,385 @@
+"""One typed config tree: TOML load, dotted command-line overrides, validation.
+
+Every knob of a run lives in exactly one dataclass field below, with its help text beside it.
+The defaults are the built-in CPU lab; a user's TOML file overrides any subset, and the command
+line overrides that (`algo.beta=0.04`). Unknown keys and values of the wrong type or range are
+rejected at load time with the dotted name of the field, before anything expensive starts.
+
+>>> cfg = load_config(overrides=["algo.beta=0.04", "rollout.group_size=4"])
+>>> cfg.algo.beta, cfg.rollout.group_size
+(0.04, 4)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import tempfile
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+class ConfigError(ValueError):
+    """A config file, key or value is invalid; the message names the field."""
+
+
+def knob(default: Any, help: str) -> Any:
+    """A config field with its help text (reused by `rlvr config --help` and the docs)."""
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
+
+def section(cls: type, help: str) -> Any:
+    return field(default_factory=cls, metadata={"help": help})
+
+
+@dataclass
+class RunConfig:
+    output_dir: str = knob("", "Directory for config.toml, metrics.jsonl, samples, plots and the model; empty = runs/<command>-<time>.")
+    seed: int = knob(0, "Seed for data splits, model init, sampling and shuffling.")
+    device: str = knob("auto", "'auto' (cuda if available, else cpu), 'cpu', 'cuda' or 'cuda:N'.")
+    dtype: Literal["float32", "bfloat16", "float16"] = knob("float32", "Parameter dtype of the policy (bf16 for GPUs; fp32 is fastest on CPU).")
+    threads: int = knob(0, "torch CPU threads; 0 keeps torch's default.")
+
+    def validate(self) -> None:
+        _require(self.threads >= 0, "run.threads", "must be >= 0")
+
+
+@dataclass
+class TinyModelConfig:
+    hidden_size: int = knob(192, "Width of the tiny Qwen3 model built for the lab.")
+    num_layers: int = knob(4, "Transformer blocks of the tiny model.")
+    num_heads: int = knob(4, "Attention heads of the tiny model.")
+    num_kv_heads: int = knob(2, "Key/value heads (grouped-query attention) of the tiny model.")
+    intermediate_size: int = knob(512, "MLP width of the tiny model.")
+    max_positions: int = knob(128, "Longest sequence (prompt + completion) the tiny model handles.")
+
+    def validate(self) -> None:
+        for name in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size", "max_positions"):
+            _require(getattr(self, name) > 0, f"model.tiny.{name}", "must be > 0")
+        _require(self.hidden_size % self.num_heads == 0, "model.tiny.num_heads", "must divide hidden_size")
+        _require(self.num_heads % self.num_kv_heads == 0, "model.tiny.num_kv_heads", "must divide num_heads")
+
+
+@dataclass
+class ModelConfig:
+    path: str = knob("", "Hugging Face hub id or local directory of a causal LM; empty builds the tiny lab model.")
+    tiny: TinyModelConfig = section(TinyModelConfig, "Shape of the tiny model built when `path` is empty.")
+    trust_remote_code: bool = knob(False, "Passed to from_pretrained for models with custom code.")
+    gradient_checkpointing: bool = knob(False, "Trade compute for memory in the update (costs 10-17% at lab size).")
+
+    def validate(self) -> None:
+        self.tiny.validate()
+
+
+@dataclass
+class TaskConfig:
+    min_ops: int = knob(1, "Fewest operators in a built-in arithmetic problem (difficulty level 1).")
+    max_ops: int = knob(3, "Most operators in a built-in arithmetic problem.")
+    max_operand: int = knob(9, "Operands are drawn from 0..max_operand.")
+    operators: str = knob("+-*", "Operators to draw from (subset of '+-*').")
+    num_train: int = knob(20000, "Training problems generated from the seed.")
+    num_eval: int = knob(600, "Held-out problems, split evenly across difficulty levels, never in train.")
+    prompt_template: str = knob("{expr}=", "How a problem is shown to the model; {expr} is the expression.")
+
+    def validate(self) -> None:
+        _require(1 <= self.min_ops <= self.max_ops, "task.min_ops", "must satisfy 1 <= min_ops <= max_ops")
+        _require(self.max_operand >= 1, "task.max_operand", "must be >= 1")
+        _require(bool(self.operators) and set(self.operators) <= set("+-*"), "task.operators", "must be a non-empty subset of '+-*'")
+        _require(self.num_train > 0 and self.num_eval > 0, "task.num_train", "num_train and num_eval must be > 0")
+        _require("{expr}" in self.prompt_template, "task.prompt_template", "must contain {expr}")
+
+
+@dataclass
+class DataConfig:
+    source: Literal["arithmetic", "jsonl"] = knob("arithmetic", "'arithmetic' (built-in procedural task) or 'jsonl' (your files).")
+    train_path: str = knob("", "JSONL of training problems (source = 'jsonl').")
+    eval_path: str = knob("", "JSONL of held-out problems (source = 'jsonl'); empty holds out eval_fraction of train.")
+    eval_fraction: float = knob(0.05, "Share of train held out when eval_path is empty.")
+    prompt_field: str = knob("prompt", "JSONL field with the problem text.")
+    answer_field: str = knob("answer", "JSONL field with the gold final answer.")
+    solution_field: str = knob("solution", "JSONL field with a worked solution for SFT (optional unless sft.steps > 0).")
+    level_field: str = knob("level", "Optional JSONL field with a difficulty level, reported per level in evaluation.")
+    system_prompt: str = knob("", "System message for chat-template models; empty sends none.")
+    use_chat_template: bool = knob(True, "Wrap prompts in the tokenizer's chat template when it has one.")
+
+    def validate(self) -> None:
+        if self.source == "jsonl":
+            _require(bool(self.train_path), "data.train_path", "is required when data.source = 'jsonl'")
+        _require(0.0 < self.eval_fraction < 1.0, "data.eval_fraction", "must be in (0, 1)")
+
+
+@dataclass
+class SFTConfig:
+    steps: int = knob(1400, "Cold-start SFT optimizer steps; 0 skips SFT.")
+    batch_size: int = knob(64, "Sequences per SFT step.")
+    lr: float = knob(2e-3, "Peak SFT learning rate (AdamW, linear warmup then cosine decay).")
+    warmup_steps: int = knob(50, "SFT warmup steps.")
+    weight_decay: float = knob(0.0, "SFT AdamW weight decay.")
+    worked_fraction: float = knob(0.3, "Share of SFT targets that are worked solutions; the rest are bare boxed answers.")
+
+    def validate(self) -> None:
+        _require(self.steps >= 0, "sft.steps", "must be >= 0")
+        _require(self.batch_size > 0, "sft.batch_size", "must be > 0")
+        _require(self.lr > 0, "sft.lr", "must be > 0")
+        _require(0.0 <= self.worked_fraction <= 1.0, "sft.worked_fraction", "must be in [0, 1]")
+
+
+@dataclass
+class RolloutConfig:
+    group_size: int = knob(8, "G: completions sampled per prompt.")
+    prompts_per_step: int = knob(16, "Prompts per RL step (batch = prompts_per_step * group_size).")
+    temperature: float = knob(1.0, "Sampling temperature; the update scores tokens at the same temperature.")
+    top_p: float = knob(1.0, "Nucleus sampling mass (1.0 = off).")
+    max_new_tokens: int = knob(48, "Longest completion; longer ones are cut and usually score 0.")
+
+    def validate(self) -> None:
+        _require(self.group_size >= 2, "rollout.group_size", "must be >= 2 (group-relative advantages need a group)")
+        _require(self.prompts_per_step > 0, "rollout.prompts_per_step", "must be > 0")
+        _require(self.temperature > 0, "rollout.temperature", "must be > 0")
+        _require(0.0 < self.top_p <= 1.0, "rollout.top_p", "must be in (0, 1]")
+        _require(self.max_new_tokens > 0, "rollout.max_new_tokens", "must be > 0")
+
+
+@dataclass
+class AlgoConfig:
+    estimator: Literal["grpo", "dr_grpo", "rloo"] = knob("grpo", "Advantage estimator: group z-score, mean-centred, or leave-one-out.")
+    std_scale: Literal["group", "batch", "none"] = knob("group", "Divide centred rewards by the group std, the batch std, or nothing.")
+    adv_eps: float = knob(1e-4, "eps in (r - mean) / (std + eps).")
+    clip_low: float = knob(0.2, "Lower clip: ratio >= 1 - clip_low.")
+    clip_high: float = knob(0.2, "Upper clip: ratio <= 1 + clip_high (DAPO clip-higher raises it).")
+    aggregation: Literal["token_mean", "seq_mean_token_mean", "constant"] = knob(
+        "seq_mean_token_mean", "Loss aggregation over tokens: batch token mean, mean of per-sequence means, or sum / (N * max_new_tokens)."
+    )
+    beta: float = knob(0.0, "KL weight to the frozen reference model; 0 builds no reference model.")
+    kl_estimator: Literal["k1", "k2", "k3"] = knob("k3", "Per-token KL estimator (Schulman's k1/k2/k3).")
+    num_iterations: int = knob(1, "mu: optimisation passes over each rollout batch.")
+
+    def validate(self) -> None:
+        _require(self.adv_eps > 0, "algo.adv_eps", "must be > 0")
+        _require(0.0 <= self.clip_low < 1.0, "algo.clip_low", "must be in [0, 1)")
+        _require(self.clip_high >= 0.0, "algo.clip_high", "must be >= 0")
+        _require(self.beta >= 0.0, "algo.beta", "must be >= 0")
+        _require(self.num_iterations >= 1, "algo.num_iterations", "must be >= 1")
+
+
+@dataclass
+class TrainConfig:
+    steps: int = knob(150, "RL steps (each: rollout, verify, advantages, num_iterations updates).")
+    lr: float = knob(1e-4, "RL learning rate (AdamW, constant after warmup).")
+    warmup_steps: int = knob(10, "RL learning-rate warmup steps.")
+    weight_decay: float = knob(0.0, "RL AdamW weight decay.")
+    max_grad_norm: float = knob(1.0, "Clip the global gradient norm (0 = off).")
+    micro_batch_size: int = knob(64, "Sequences per forward/backward; gradients accumulate exactly to the full batch.")
+    log_samples_every: int = knob(25, "Write sample completions with verdicts every N steps.")
+    save_model: bool = knob(True, "Save the final policy (save_pretrained) under output_dir/model.")
+
+    def validate(self) -> None:
+        _require(self.steps >= 0, "train.steps", "must be >= 0")
+        _require(self.lr > 0, "train.lr", "must be > 0")
+        _require(self.micro_batch_size > 0, "train.micro_batch_size", "must be > 0")
+        _require(self.max_grad_norm >= 0, "train.max_grad_norm", "must be >= 0")
+        _require(self.log_samples_every > 0, "train.log_samples_every", "must be > 0")
+
+
+@dataclass
+class EvalConfig:
+    batch_size: int = knob(200, "Held-out prompts decoded at once (greedy).")
+    max_new_tokens: int = knob(48, "Longest held-out completion.")
+    max_problems: int = knob(0, "Evaluate at most this many held-out problems (0 = all).")
+
+    def validate(self) -> None:
+        _require(self.batch_size > 0, "eval.batch_size", "must be > 0")
+        _require(self.max_new_tokens > 0, "eval.max_new_tokens", "must be > 0")
+        _require(self.max_problems >= 0, "eval.max_problems", "must be >= 0")
+
+
+@dataclass
+class RewardConfig:
+    verifier: str = knob("boxed_math", "Registered verifier scoring each completion against the gold answer.")
+
+    def validate(self) -> None:
+        from rlvr.verifiers import VERIFIERS
+
+        _require(self.verifier in VERIFIERS, "reward.verifier", f"must be one of {sorted(VERIFIERS)}")
+
+
+@dataclass
+class Config:
+    run: RunConfig = section(RunConfig, "Where and how the run executes.")
+    model: ModelConfig = section(ModelConfig, "The policy model.")
+    data: DataConfig = section(DataConfig, "Where problems come from.")
+    task: TaskConfig = section(TaskConfig, "The built-in arithmetic task.")
+    sft: SFTConfig = section(SFTConfig, "Cold-start supervised fine-tuning.")
+    rollout: RolloutConfig = section(RolloutConfig, "Sampling completions from the policy.")
+    reward: RewardConfig = section(RewardConfig, "Scoring completions.")
+    algo: AlgoConfig = section(AlgoConfig, "Advantages and the policy loss.")
+    train: TrainConfig = section(TrainConfig, "The RL optimiser and loop.")
+    eval: EvalConfig = section(EvalConfig, "Held-out evaluation.")
+
+    def validate(self) -> "Config":
+        for f in dataclasses.fields(self):
+            getattr(self, f.name).validate()
+        return self
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def _require(ok: bool, name: str, why: str) -> None:
+    if not ok:
+        raise ConfigError(f"{name}: {why}")
+
+
+def _coerce(value: Any, annotation: Any, name: str) -> Any:
+    """Check one TOML value against a field's annotation; ints widen to floats, nothing else."""
+    origin = typing.get_origin(annotation)
+    if origin is Literal:
+        choices = typing.get_args(annotation)
+        if value not in choices:
+            raise ConfigError(f"{name}: {value!r} is not one of {list(choices)}")
+        return value
+    if annotation is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{name}: expected true or false, got {value!r}")
+        return value
+    if annotation is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{name}: expected an integer, got {value!r}")
+        return value
+    if annotation is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{name}: expected a number, got {value!r}")
+        return float(value)
+    if annotation is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{name}: expected a string, got {value!r}")
+        return value
+    raise ConfigError(f"{name}: unsupported field type {annotation!r}")  # pragma: no cover
+
+
+def _apply(obj: Any, table: dict[str, Any], prefix: str) -> None:
+    """Write a (nested) TOML table onto a dataclass instance, rejecting unknown keys."""
+    hints = typing.get_type_hints(type(obj))
+    names = {f.name for f in dataclasses.fields(obj)}
+    for key, value in table.items():
+        name = f"{prefix}{key}"
+        if key not in names:
+            raise ConfigError(f"{name}: unknown key (known: {', '.join(sorted(names))})")
+        current = getattr(obj, key)
+        if dataclasses.is_dataclass(current):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{name}: expected a table of settings, got {value!r}")
+            _apply(current, value, f"{name}.")
+        else:
+            setattr(obj, key, _coerce(value, hints[key], name))
+
+
+def _parse_override(text: str) -> tuple[list[str], Any]:
+    """`algo.beta=0.04` -> (['algo', 'beta'], 0.04). Values are TOML; bare words are strings."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r}: expected dotted.key=value")
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    if not key or any(not part for part in key.split(".")):
+        raise ConfigError(f"override {text!r}: bad key {key!r}")
+    try:
+        value = tomllib.loads(f"v = {raw.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw.strip()  # a bare word such as `algo.estimator=rloo`
+    return key.split("."), value
+
+
+def load_config(path: str | os.PathLike | None = None, overrides: list[str] | None = None) -> Config:
+    """Defaults <- TOML file <- dotted overrides, then validate. Raises ConfigError naming the field."""
+    cfg = Config()
+    if path is not None:
+        try:
+            with open(path, "rb") as fh:
+                table = tomllib.load(fh)
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: config file not found") from None
+        except tomllib.TOMLDecodeError as err:
+            raise ConfigError(f"{path}: invalid TOML: {err}") from None
+        try:
+            _apply(cfg, table, "")
+        except ConfigError as err:
+            raise ConfigError(f"{path}: {err}") from None
+    for text in overrides or []:
+        keys, value = _parse_override(text)
+        nested: dict[str, Any] = {keys[-1]: value}
+        for part in reversed(keys[:-1]):
+            nested = {part: nested}
+        _apply(cfg, nested, "")
+    return cfg.validate()
+
+
+# ----------------------------------------------------------------------------- saving
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return json.dumps(value)  # a JSON string is a valid TOML basic string
+
+
+def to_toml(obj: Any, prefix: str = "") -> str:
+    """Serialise a config tree; scalars first, then sub-tables (TOML requires that order).
+
+    Written by hand because the tree holds only scalars and tables: a TOML-writer dependency
+    would buy nothing here. The round trip is tested (load(save(cfg)) == cfg).
+    """
+    lines, tables = [], []
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if dataclasses.is_dataclass(value):
+            tables.append((f.name, value))
+        else:
+            lines.append(f"{f.name} = {_toml_value(value)}")
+    out = "\n".join(lines) + ("\n" if lines else "")
+    for name, value in tables:
+        out += f"\n[{prefix}{name}]\n" + to_toml(value, f"{prefix}{name}.")
+    return out
+
+
+def save_config(cfg: Config, path: str | os.PathLike) -> None:
+    atomic_write_text(Path(path), to_toml(cfg).lstrip("\n"))
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write to a temp file in the same directory, fsync, rename: a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def field_help(cls: type = Config, prefix: str = "") -> list[tuple[str, str, str]]:
+    """(dotted name, default, help) for every leaf field: the CLI's `rlvr config` listing."""
+    rows = []
+    for f in dataclasses.fields(cls):
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        if dataclasses.is_dataclass(default):
+            rows += field_help(type(default), f"{prefix}{f.name}.")
+        else:
+            rows.append((f"{prefix}{f.name}", _toml_value(default), f.metadata.get("help", "")))
+    return rows

@@ -1,0 +1,121 @@
+"""Metrics: one JSON line per step (flushed and fsynced), progress bars, and the reward plot.
+
+Metric names are namespaced by where they come from: `reward/`, `rollout/`, `loss/`, `time/`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+
+def _clean(value: Any) -> Any:
+    """JSON has no NaN/inf: write them as null so every line stays parseable."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+class JsonlWriter:
+    """Appends one complete line per record; each line is flushed and fsynced before returning,
+    so a killed run leaves every finished step on disk."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh = self.path.open("a", encoding="utf-8")
+
+    def write(self, record: dict[str, Any]) -> None:
+        self._fh.write(json.dumps({k: _clean(v) for k, v in record.items()}) + "\n")
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def __enter__(self) -> "JsonlWriter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read_jsonl_records(path: str | Path) -> list[dict[str, Any]]:
+    with Path(path).open(encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+class Reporter:
+    """Progress bars for the phases of a run (rich), quiet when `enabled` is False."""
+
+    def __init__(self, console: Console | None = None, enabled: bool = True):
+        self.console = console or Console(stderr=True)
+        self.enabled = enabled
+
+    @contextmanager
+    def phase(self, name: str, total: int) -> Iterator["PhaseBar"]:
+        if not self.enabled:
+            yield PhaseBar(None, None)
+            return
+        progress = Progress(
+            TextColumn("[bold]{task.description:<10}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            TextColumn("{task.fields[info]}"),
+            console=self.console,
+            transient=False,
+        )
+        with progress:
+            yield PhaseBar(progress, progress.add_task(name, total=total, info=""))
+
+    def print(self, *args: Any) -> None:
+        if self.enabled:
+            self.console.print(*args)
+
+
+class PhaseBar:
+    def __init__(self, progress: Progress | None, task: Any):
+        self._progress, self._task = progress, task
+
+    def advance(self, info: str = "") -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, advance=1, info=info)
+
+
+def plot_reward_curve(records: list[dict[str, Any]], path: str | Path, evals: dict[str, float] | None = None) -> None:
+    """reward/mean per RL step with a moving average, and held-out accuracy before/after."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [r["step"] for r in records]
+    rewards = [r["reward/mean"] for r in records]
+    window = max(1, len(rewards) // 20)
+    smooth = [sum(rewards[max(0, i - window + 1) : i + 1]) / len(rewards[max(0, i - window + 1) : i + 1]) for i in range(len(rewards))]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(steps, rewards, alpha=0.3, label="train reward (mean of batch)")
+    ax.plot(steps, smooth, label=f"moving average ({window} steps)")
+    if evals:
+        for (name, acc), style in zip(evals.items(), ("--", ":")):
+            ax.axhline(acc, linestyle=style, color="gray", label=f"held-out greedy accuracy {name}: {acc:.1%}")
+    ax.set_xlabel("RL step")
+    ax.set_ylabel("reward / accuracy")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    ax.set_title("Reward during GRPO")
+    fig.tight_layout()
+    tmp = Path(path).with_suffix(".tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    os.replace(tmp, path)

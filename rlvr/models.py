@@ -1,0 +1,116 @@
+"""Load any Hugging Face causal LM and its tokenizer, or build the lab's tiny one locally.
+
+The tiny model is a real transformers architecture (Qwen3) with a character-level tokenizer made
+with the `tokenizers` library, saved with `save_pretrained` so that the ordinary
+`AutoModelForCausalLM` / `AutoTokenizer` path loads it back: the lab exercises exactly the code a
+user's hub model goes through.
+
+Why Qwen3 and not Qwen2: transformers 5 lists `qwen2` among model types whose saved tokenizer
+class it distrusts, and silently swaps any tokenizer saved beside a Qwen2 config for
+`Qwen2Tokenizer` (which dropped our spaces and newlines). `tests/test_models.py` checks the
+encode -> save -> load -> decode round trip.
+"""
+
+from __future__ import annotations
+
+import string
+from pathlib import Path
+
+import torch
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, pre_tokenizers
+from tokenizers.models import WordLevel
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
+
+from rlvr.config import TinyModelConfig
+
+PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
+# Multi-character pieces that get one token each, so a boxed answer costs 2 tokens of syntax.
+WORD_TOKENS = ["\\boxed{", "\\frac{"]
+CHARACTERS = string.digits + string.ascii_letters + " \n+-*/^()[]{}=.,:;?!'\"<>_%$\\|&#@~"
+
+
+def build_char_tokenizer() -> PreTrainedTokenizerFast:
+    """A character-level tokenizer (plus a few LaTeX words) wrapped as a transformers tokenizer."""
+    pieces = [PAD, EOS, UNK] + list(dict.fromkeys(CHARACTERS)) + WORD_TOKENS
+    vocab = {piece: i for i, piece in enumerate(pieces)}
+    tok = Tokenizer(WordLevel(vocab, unk_token=UNK))
+    # Every character is its own pre-token; added tokens (\boxed{) are matched before this split.
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    tok.decoder = decoders.Fuse()  # concatenate pieces: no spaces inserted on decode
+    tok.add_special_tokens([AddedToken(t, special=True) for t in (PAD, EOS, UNK)])
+    tok.add_tokens([AddedToken(w, special=False, normalized=False) for w in WORD_TOKENS])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD, eos_token=EOS, unk_token=UNK)
+
+
+def build_tiny_model(tokenizer: PreTrainedTokenizerBase, cfg: TinyModelConfig, seed: int) -> PreTrainedModel:
+    """A freshly initialised Qwen3 causal LM sized for a 2-core CPU."""
+    config = Qwen3Config(
+        vocab_size=len(tokenizer),
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_kv_heads,
+        head_dim=cfg.hidden_size // cfg.num_heads,
+        max_position_embeddings=cfg.max_positions,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.eos_token_id,
+    )
+    torch.manual_seed(seed)
+    return Qwen3ForCausalLM(config)
+
+
+def save_pretrained(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, directory: str | Path) -> Path:
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+def load_tokenizer(path: str, trust_remote_code: bool = False) -> PreTrainedTokenizerBase:
+    """AutoTokenizer by hub id or directory; a missing pad token falls back to EOS."""
+    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    if tokenizer.pad_token_id is None:
+        if tokenizer.eos_token_id is None:
+            raise ValueError(f"{path}: tokenizer has neither a pad nor an EOS token; cannot batch or stop")
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_model(path: str, dtype: str = "float32", device: str = "cpu", trust_remote_code: bool = False) -> PreTrainedModel:
+    """AutoModelForCausalLM by hub id or directory, in the requested dtype, on the device."""
+    model = AutoModelForCausalLM.from_pretrained(
+        path, dtype=getattr(torch, dtype), trust_remote_code=trust_remote_code
+    )
+    return model.to(device)
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def count_parameters(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def frozen_copy(model: PreTrainedModel) -> PreTrainedModel:
+    """The KL reference: a copy of the policy with gradients off and dropout off."""
+    import copy
+
+    ref = copy.deepcopy(model).eval()
+    for p in ref.parameters():
+        p.requires_grad_(False)
+    return ref

@@ -1,0 +1,150 @@
+"""The recipe: model -> data -> cold-start SFT -> evaluate -> GRPO -> evaluate -> save.
+
+`rlvr lab` runs it with the built-in defaults (tiny model, arithmetic); `rlvr train CONFIG` runs
+it on the user's model and data. Everything a run produces lands in run.output_dir:
+
+    config.toml           the resolved config (rerun with `rlvr train config.toml`)
+    metrics.jsonl         one line per RL step
+    samples.jsonl         sampled completions with rewards and advantages
+    eval_<stage>.jsonl    every held-out completion with its verdict
+    summary.json          accuracies (overall, per level), behaviour, timings
+    reward_curve.png      the reward during RL, with held-out accuracy before/after
+    model/                the final policy (save_pretrained)
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from datetime import datetime
+from pathlib import Path
+
+import torch
+from rich.table import Table
+
+from rlvr.config import Config, ConfigError, atomic_write_text, save_config
+from rlvr.data import Example, load_jsonl_splits
+from rlvr.loop import grpo_train
+from rlvr.metrics import JsonlWriter, Reporter, plot_reward_curve
+from rlvr.models import build_char_tokenizer, build_tiny_model, count_parameters, load_model, load_tokenizer, resolve_device, save_pretrained
+from rlvr.stages.evaluate import EvalResult, evaluate, num_batches
+from rlvr.stages.sft import sft_train
+from rlvr.tasks.arithmetic import make_splits
+from rlvr.verifiers import get_verifier
+
+
+def prepare_run_dir(cfg: Config, command: str) -> Path:
+    if not cfg.run.output_dir:
+        cfg.run.output_dir = f"runs/{command}-{datetime.now():%Y%m%d-%H%M%S}"
+    run_dir = Path(cfg.run.output_dir)
+    if (run_dir / "metrics.jsonl").exists():
+        raise ConfigError(f"run.output_dir: {run_dir} already holds a run (metrics.jsonl); choose another directory")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return run_dir
+
+
+def load_splits(cfg: Config) -> tuple[list[Example], list[Example]]:
+    if cfg.data.source == "arithmetic":
+        return make_splits(cfg.task, cfg.run.seed)
+    return load_jsonl_splits(cfg.data, cfg.run.seed, need_solution=cfg.sft.steps > 0)
+
+
+def prepare_model(cfg: Config, run_dir: Path):
+    """The user's model, or the tiny lab model built, saved and loaded back the standard way."""
+    device = resolve_device(cfg.run.device)
+    path = cfg.model.path
+    if not path:
+        tokenizer = build_char_tokenizer()
+        path = str(save_pretrained(build_tiny_model(tokenizer, cfg.model.tiny, cfg.run.seed), tokenizer, run_dir / "init"))
+    tokenizer = load_tokenizer(path, cfg.model.trust_remote_code)
+    model = load_model(path, cfg.run.dtype, str(device), cfg.model.trust_remote_code)
+    return model, tokenizer
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def run(cfg: Config, reporter: Reporter, command: str = "train") -> dict:
+    started = time.perf_counter()
+    run_dir = prepare_run_dir(cfg, command)
+    save_config(cfg, run_dir / "config.toml")
+    if cfg.run.threads:
+        torch.set_num_threads(cfg.run.threads)
+    seed_everything(cfg.run.seed)
+    verifier = get_verifier(cfg.reward.verifier)
+    train, held_out = load_splits(cfg)  # data errors surface here, before any training
+    model, tokenizer = prepare_model(cfg, run_dir)
+    reporter.print(
+        f"run dir [bold]{run_dir}[/]  model {cfg.model.path or 'tiny Qwen3'} ({count_parameters(model) / 1e6:.2f}M params)  "
+        f"train {len(train)}  held-out {len(held_out)}  device {next(model.parameters()).device}"
+    )
+    seconds: dict[str, float] = {}
+    evals: dict[str, EvalResult] = {}
+
+    def timed(name, fn):
+        t = time.perf_counter()
+        result = fn()
+        seconds[name] = round(time.perf_counter() - t, 1)
+        return result
+
+    def run_eval(stage: str) -> None:
+        with reporter.phase(f"eval:{stage}", num_batches(len(held_out), cfg.eval)) as bar:
+            result = timed(f"eval_{stage}", lambda: evaluate(model, tokenizer, held_out, cfg.data, cfg.eval, verifier, bar))
+        with JsonlWriter(run_dir / f"eval_{stage}.jsonl") as out:
+            for sample in result.samples:
+                out.write(sample)
+        evals[stage] = result
+        reporter.print(f"held-out greedy accuracy {stage}: {result.accuracy:.1%}  by level {_pct(result.by_level)}  "
+                       f"shows work {result.shows_work:.0%}  mean length {result.mean_length:.1f}")
+
+    if cfg.sft.steps > 0:
+        with reporter.phase("sft", cfg.sft.steps) as bar:
+            timed("sft", lambda: sft_train(model, tokenizer, train, cfg.data, cfg.sft, cfg.run.seed, bar))
+    first = "after_sft" if cfg.sft.steps > 0 else "before_rl"
+    run_eval(first)
+    records = []
+    if cfg.train.steps > 0:
+        with reporter.phase("grpo", cfg.train.steps) as bar:
+            records = timed("grpo", lambda: grpo_train(model, tokenizer, train, cfg, verifier, run_dir, bar))
+        run_eval("after_rl")
+        plot_reward_curve(records, run_dir / "reward_curve.png", {k: v.accuracy for k, v in evals.items()})
+    if cfg.train.save_model:
+        save_pretrained(model, tokenizer, run_dir / "model")
+    seconds["total"] = round(time.perf_counter() - started, 1)
+
+    summary = {
+        "run_dir": str(run_dir),
+        "parameters": count_parameters(model),
+        "eval": {k: v.summary() for k, v in evals.items()},
+        "gain_points": round(100 * (evals["after_rl"].accuracy - evals[first].accuracy), 1) if "after_rl" in evals else None,
+        "seconds": seconds,
+        "rl_steps": len(records),
+    }
+    atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+    reporter.print(summary_table(evals, seconds))
+    return summary
+
+
+def _pct(levels: dict[str, float]) -> str:
+    return " ".join(f"L{k}={v:.0%}" for k, v in levels.items())
+
+
+def summary_table(evals: dict[str, EvalResult], seconds: dict[str, float]) -> Table:
+    table = Table(title="held-out evaluation (greedy)")
+    table.add_column("stage")
+    table.add_column("accuracy", justify="right")
+    levels = sorted({k for e in evals.values() for k in e.by_level})
+    for level in levels:
+        table.add_column(f"level {level}", justify="right")
+    table.add_column("shows work", justify="right")
+    table.add_column("mean length", justify="right")
+    for stage, e in evals.items():
+        table.add_row(
+            stage, f"{e.accuracy:.1%}", *[f"{e.by_level.get(level, float('nan')):.1%}" for level in levels],
+            f"{e.shows_work:.0%}", f"{e.mean_length:.1f}",
+        )
+    table.caption = "seconds: " + ", ".join(f"{k} {v}" for k, v in seconds.items())
+    return table

@@ -1,0 +1,146 @@
+"""(1) Rollout: sample completions from the current policy, batched, with a KV cache.
+
+Prompts are left-padded so every row's next token sits in the last column; completions are
+right-padded after EOS. `completion_mask_BT` is 1 on every generated token up to and including
+EOS, which is exactly the set of tokens the loss sees.
+
+Written as a plain decode loop over `model(...)` with `past_key_values` rather than
+`model.generate`: it is the same math, but it lets us stop a row at EOS, record the sampling
+entropy for free, and keep the per-token overhead (most of a tiny model's decode cost) small.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+
+@dataclass
+class Rollouts:
+    prompt_ids_BP: torch.Tensor  # left-padded prompt tokens
+    prompt_mask_BP: torch.Tensor  # 1 on real prompt tokens
+    completion_ids_BT: torch.Tensor  # right-padded generated tokens
+    completion_mask_BT: torch.Tensor  # 1 up to and including EOS
+    truncated_B: torch.Tensor  # True where max_new_tokens was hit before EOS
+    entropy_sum: float  # summed sampling entropy over generated tokens (for logging)
+
+    @property
+    def lengths_B(self) -> torch.Tensor:
+        return self.completion_mask_BT.sum(dim=1)
+
+    def select(self, rows: torch.Tensor) -> "Rollouts":
+        """A subset of rows, trimmed to the padding that subset needs."""
+        prompt_mask = self.prompt_mask_BP[rows]
+        completion_mask = self.completion_mask_BT[rows]
+        first = int((prompt_mask.sum(0) > 0).nonzero()[0]) if prompt_mask.any() else 0
+        last = int(completion_mask.sum(1).max()) if completion_mask.numel() else 0
+        return Rollouts(
+            self.prompt_ids_BP[rows, first:],
+            prompt_mask[:, first:],
+            self.completion_ids_BT[rows, :last],
+            completion_mask[:, :last],
+            self.truncated_B[rows],
+            0.0,
+        )
+
+
+def encode_prompts(tokenizer: PreTrainedTokenizerBase, prompts: list[str], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded (ids, mask), each (B, P). Chat templates already carry their special tokens."""
+    encoded = [tokenizer.encode(p, add_special_tokens=False) for p in prompts]
+    if any(len(ids) == 0 for ids in encoded):
+        raise ValueError("a prompt encodes to zero tokens")
+    width = max(len(ids) for ids in encoded)
+    ids = torch.full((len(encoded), width), tokenizer.pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(encoded), width), dtype=torch.long)
+    for row, seq in enumerate(encoded):
+        ids[row, width - len(seq) :] = torch.tensor(seq)
+        mask[row, width - len(seq) :] = 1
+    return ids.to(device), mask.to(device)
+
+
+def sample_next(logits_BV: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None) -> torch.Tensor:
+    """One token per row: temperature, then nucleus (top-p) truncation, then a categorical draw."""
+    probs_BV = torch.softmax(logits_BV / temperature, dim=-1)
+    if top_p < 1.0:
+        sorted_p, order = probs_BV.sort(dim=-1, descending=True)
+        # Keep the smallest prefix whose mass reaches top_p (the top token is always kept).
+        drop = (sorted_p.cumsum(dim=-1) - sorted_p) >= top_p
+        sorted_p = sorted_p.masked_fill(drop, 0.0)
+        probs_BV = torch.zeros_like(probs_BV).scatter(-1, order, sorted_p)
+    return torch.multinomial(probs_BV, 1, generator=generator).squeeze(1)
+
+
+@torch.no_grad()
+def generate(
+    model: PreTrainedModel,
+    prompt_ids_BP: torch.Tensor,
+    prompt_mask_BP: torch.Tensor,
+    *,
+    max_new_tokens: int,
+    eos_id: int,
+    pad_id: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    greedy: bool = False,
+    generator: torch.Generator | None = None,
+) -> Rollouts:
+    """Decode until every row has emitted EOS or max_new_tokens is reached."""
+    B = prompt_ids_BP.shape[0]
+    device = prompt_ids_BP.device
+    was_training = model.training
+    model.eval()
+    attn_BL = prompt_mask_BP.clone()
+    pos_B = prompt_mask_BP.sum(dim=1) - 1  # position of each row's last prompt token
+    out = model(
+        input_ids=prompt_ids_BP,
+        attention_mask=attn_BL,
+        position_ids=(prompt_mask_BP.cumsum(dim=1) - 1).clamp(min=0),
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    done_B = torch.zeros(B, dtype=torch.bool, device=device)
+    tokens, entropy_sum = [], 0.0
+    for _ in range(max_new_tokens):
+        logits_BV = out.logits[:, -1].float()
+        if greedy:
+            next_B = logits_BV.argmax(dim=-1)
+        else:
+            next_B = sample_next(logits_BV, temperature, top_p, generator)
+            logp_BV = torch.log_softmax(logits_BV / temperature, dim=-1)
+            entropy_B = -(logp_BV.exp() * logp_BV).sum(dim=-1)
+            entropy_sum += float(entropy_B[~done_B].sum())
+        next_B = torch.where(done_B, torch.full_like(next_B, pad_id), next_B)
+        tokens.append(next_B)
+        done_B = done_B | (next_B == eos_id)
+        if bool(done_B.all()):
+            break
+        attn_BL = torch.cat([attn_BL, torch.ones((B, 1), dtype=attn_BL.dtype, device=device)], dim=1)
+        pos_B = pos_B + 1
+        out = model(
+            input_ids=next_B.unsqueeze(1),
+            attention_mask=attn_BL,
+            position_ids=pos_B.unsqueeze(1),
+            past_key_values=out.past_key_values,
+            use_cache=True,
+        )
+    model.train(was_training)
+
+    completion_ids_BT = torch.stack(tokens, dim=1)
+    # A token is real if no EOS came strictly before it: EOS itself is kept, so the model
+    # learns (and is credited for) stopping.
+    eos_BT = (completion_ids_BT == eos_id).long()
+    before_eos_BT = (eos_BT.cumsum(dim=1) - eos_BT) == 0
+    completion_mask_BT = before_eos_BT.long()
+    truncated_B = ~(eos_BT.bool().any(dim=1))
+    return Rollouts(prompt_ids_BP, prompt_mask_BP, completion_ids_BT, completion_mask_BT, truncated_B, entropy_sum)
+
+
+def decode_completions(tokenizer: PreTrainedTokenizerBase, rollouts: Rollouts) -> list[str]:
+    """Completion texts without EOS or padding (what the verifier judges)."""
+    texts = []
+    for ids, mask in zip(rollouts.completion_ids_BT.tolist(), rollouts.completion_mask_BT.tolist()):
+        kept = [t for t, m in zip(ids, mask) if m and t != tokenizer.eos_token_id]
+        texts.append(tokenizer.decode(kept, skip_special_tokens=True))
+    return texts

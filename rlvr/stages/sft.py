@@ -1,0 +1,85 @@
+"""Cold-start SFT (stage 1 of the DeepSeek-R1 recipe): next-token loss on completion tokens only.
+
+Targets are worked solutions or, with probability 1 - worked_fraction, the bare boxed answer.
+The mix is the point of the lab's cold start: the model leaves SFT able both to reason and to
+guess, and RL then has a behaviour to select (RL steers toward reasoning the model can already
+do; it does not teach arithmetic from scratch).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from rlvr.algorithms import aggregate
+from rlvr.config import DataConfig, SFTConfig
+from rlvr.data import Example, format_prompt
+from rlvr.metrics import PhaseBar
+from rlvr.rollout import encode_prompts
+from rlvr.update import completion_logprobs
+
+
+def bare_target(example: Example) -> str:
+    return "\\boxed{" + example.answer + "}"
+
+
+def encode_targets(tokenizer: PreTrainedTokenizerBase, targets: list[str], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded (ids, mask), each target followed by EOS (the model must learn to stop)."""
+    encoded = [tokenizer.encode(t, add_special_tokens=False) + [tokenizer.eos_token_id] for t in targets]
+    width = max(len(ids) for ids in encoded)
+    ids = torch.full((len(encoded), width), tokenizer.pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(encoded), width), dtype=torch.long)
+    for row, seq in enumerate(encoded):
+        ids[row, : len(seq)] = torch.tensor(seq)
+        mask[row, : len(seq)] = 1
+    return ids.to(device), mask.to(device)
+
+
+def warmup_cosine(warmup: int, total: int):
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = (step - warmup) / max(1, total - warmup)
+        return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+    return factor
+
+
+def sft_train(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    examples: list[Example],
+    data_cfg: DataConfig,
+    cfg: SFTConfig,
+    seed: int,
+    bar: PhaseBar,
+) -> list[float]:
+    """Train in place; returns the loss of every step (mean NLL per completion token)."""
+    device = next(model.parameters()).device
+    rng = random.Random(f"sft:{seed}")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(cfg.warmup_steps, cfg.steps))
+    prompts = [format_prompt(tokenizer, e.prompt, data_cfg) for e in examples]
+    model.train()
+    losses = []
+    for _ in range(cfg.steps):
+        rows = [rng.randrange(len(examples)) for _ in range(cfg.batch_size)]
+        targets = [
+            examples[i].solution if examples[i].solution and rng.random() < cfg.worked_fraction else bare_target(examples[i])
+            for i in rows
+        ]
+        prompt_ids, prompt_mask = encode_prompts(tokenizer, [prompts[i] for i in rows], device)
+        target_ids, target_mask = encode_targets(tokenizer, targets, device)
+        logp_BT = completion_logprobs(model, prompt_ids, prompt_mask, target_ids, target_mask)
+        loss = aggregate(-logp_BT, target_mask, "token_mean")
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        losses.append(float(loss))
+        bar.advance(f"loss {losses[-1]:.3f}")
+    return losses

@@ -1,0 +1,111 @@
+"""Integer arithmetic with graded difficulty: the lab's task.
+
+Difficulty level = number of operators (1 to 3 by default). Operands are 0..max_operand and
+`*` binds tighter than `+`/`-`, evaluated left to right. A worked solution rewrites the whole
+expression one operation at a time, then boxes the result:
+
+    prompt  "7+3*2="     worked  "7+6=13\\n\\boxed{13}"     bare  "\\boxed{13}"
+
+Each step is a local edit a small transformer can learn; guessing the value of a 3-operator
+expression in one shot is much harder. That gap is what RL exploits in the lab.
+
+The held-out split is drawn first, per level, and never appears in train.
+"""
+
+from __future__ import annotations
+
+import random
+
+from rlvr.config import TaskConfig
+from rlvr.data import Example
+
+Tokens = list  # alternating [int, op, int, op, int, ...]
+
+
+def random_expression(rng: random.Random, num_ops: int, max_operand: int, operators: str) -> Tokens:
+    tokens: Tokens = [rng.randint(0, max_operand)]
+    for _ in range(num_ops):
+        tokens += [rng.choice(operators), rng.randint(0, max_operand)]
+    return tokens
+
+
+def render(tokens: Tokens) -> str:
+    return "".join(str(t) for t in tokens)
+
+
+def reduce_once(tokens: Tokens) -> Tokens:
+    """Apply one operation: the first `*` if any, else the leftmost `+`/`-`."""
+    ops = tokens[1::2]
+    i = 2 * ops.index("*") + 1 if "*" in ops else 1
+    a, op, b = tokens[i - 1], tokens[i], tokens[i + 1]
+    value = a * b if op == "*" else a + b if op == "+" else a - b
+    return tokens[: i - 1] + [value] + tokens[i + 2 :]
+
+
+def solve(tokens: Tokens) -> tuple[int, list[str]]:
+    """The value and the intermediate expressions, one per operation."""
+    steps = []
+    while len(tokens) > 1:
+        tokens = reduce_once(tokens)
+        steps.append(render(tokens))
+    return tokens[0], steps
+
+
+def make_example(tokens: Tokens, template: str) -> Example:
+    value, steps = solve(tokens)
+    answer = str(value)
+    return Example(
+        prompt=template.format(expr=render(tokens)),
+        answer=answer,
+        solution="=".join(steps) + "\n" + bare_solution(answer),
+        level=len(tokens) // 2,
+        info={"expr": render(tokens)},
+    )
+
+
+def bare_solution(answer: str) -> str:
+    return "\\boxed{" + answer + "}"
+
+
+def pool_size(num_ops: int, max_operand: int, num_operators: int) -> int:
+    return (max_operand + 1) ** (num_ops + 1) * num_operators**num_ops
+
+
+def make_splits(cfg: TaskConfig, seed: int) -> tuple[list[Example], list[Example]]:
+    """(train, held_out), deterministic in (cfg, seed).
+
+    Held-out problems are unique and split evenly across levels; a level whose pool of distinct
+    problems is small (1 operator over 0..9 has only 300) gives at most a third of its pool, and
+    the other levels make up the difference. Train is sampled uniformly over levels, excluding
+    every held-out problem.
+    """
+    rng = random.Random(f"arithmetic:{seed}")
+    levels = list(range(cfg.min_ops, cfg.max_ops + 1))
+    caps = {n: pool_size(n, cfg.max_operand, len(cfg.operators)) // 3 for n in levels}
+    quota = {n: 0 for n in levels}
+    remaining = cfg.num_eval
+    while remaining > 0:
+        open_levels = [n for n in levels if quota[n] < caps[n]]
+        if not open_levels:
+            raise ValueError(f"task.num_eval={cfg.num_eval} exceeds a third of all distinct problems")
+        for n in open_levels[:remaining]:
+            quota[n] += 1
+            remaining -= 1
+
+    held_out: list[Example] = []
+    seen: set[str] = set()
+    for n in levels:
+        count = 0
+        while count < quota[n]:
+            tokens = random_expression(rng, n, cfg.max_operand, cfg.operators)
+            if render(tokens) not in seen:
+                seen.add(render(tokens))
+                held_out.append(make_example(tokens, cfg.prompt_template))
+                count += 1
+
+    train: list[Example] = []
+    while len(train) < cfg.num_train:
+        tokens = random_expression(rng, rng.choice(levels), cfg.max_operand, cfg.operators)
+        if render(tokens) not in seen:
+            train.append(make_example(tokens, cfg.prompt_template))
+    return train, held_out
