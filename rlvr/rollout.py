@@ -11,6 +11,8 @@ entropy for free, and keep the per-token overhead (most of a tiny model's decode
 
 from __future__ import annotations
 
+import functools
+import inspect
 from dataclasses import dataclass
 
 import torch
@@ -72,6 +74,12 @@ def sample_next(logits_BV: torch.Tensor, temperature: float, top_p: float, gener
     return torch.multinomial(probs_BV, 1, generator=generator).squeeze(1)
 
 
+@functools.lru_cache(maxsize=None)
+def _cache_argument(model_type: type) -> str:
+    """transformers 5.x names the KV cache `cache`; 4.x and many remote models `past_key_values`."""
+    return "cache" if "cache" in inspect.signature(model_type.forward).parameters else "past_key_values"
+
+
 @torch.no_grad()
 def generate(
     model: PreTrainedModel,
@@ -88,6 +96,7 @@ def generate(
 ) -> Rollouts:
     """Decode until every row has emitted EOS or max_new_tokens is reached."""
     B = prompt_ids_BP.shape[0]
+    cache_arg = _cache_argument(type(model))
     device = prompt_ids_BP.device
     was_training = model.training
     model.eval()
@@ -122,8 +131,8 @@ def generate(
             input_ids=next_B.unsqueeze(1),
             attention_mask=attn_BL,
             position_ids=pos_B.unsqueeze(1),
-            past_key_values=out.past_key_values,
             use_cache=True,
+            **{cache_arg: getattr(out, cache_arg)},
         )
     model.train(was_training)
 

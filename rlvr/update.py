@@ -120,7 +120,7 @@ def rl_update(
             grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), max_grad_norm or float("inf"))
             optimizer.step()
             sums["loss/grad_norm"] += float(grad_norm)
-        scheduler.step()
+            scheduler.step()
         sums["loss/policy"] += float(total)
 
     out = {name: value / max(tokens_seen, 1) for name, value in sums.items() if name not in ("loss/policy", "loss/grad_norm")}

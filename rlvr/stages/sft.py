@@ -80,6 +80,6 @@ def sft_train(
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         scheduler.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
         bar.advance(f"loss {losses[-1]:.3f}")
     return losses

@@ -291,8 +291,8 @@ class _Parser:
     Grammar (implicit multiplication binds like ``*``)::
 
         expr    := term (("+" | "-") term)*
-        term    := unary (("*" | "/" | \\cdot | \\times | \\div)? unary)*
-        unary   := ("+" | "-") unary | power
+        term    := unary (("*" | "/" | \\cdot | \\times | \\div) unary | power)*
+        unary   := ("+" | "-")* power
         power   := postfix ("^" ("+" | "-")? postfix)?
         postfix := atom "!"*
         atom    := number | letter | \\pi | \\greek | "(" expr ")" | "{" expr "}"
@@ -326,15 +326,11 @@ class _Parser:
         return expr
 
     def expr(self) -> Any:
-        self.depth += 1
-        if self.depth > _MAX_DEPTH:
-            raise _Refused("nested too deeply")
         value = self.term()
         while self.peek() in ("+", "-"):
             sign = self.take()
             right = self.term()
             value = value + right if sign == "+" else value - right
-        self.depth -= 1
         return value
 
     def term(self) -> Any:
@@ -380,10 +376,17 @@ class _Parser:
         return value
 
     def atom(self) -> Any:
+        # Every nesting ("(", "{", \sqrt, \frac) passes through here, so counting depth
+        # here bounds the recursion far below Python's limit, in any thread.
         self.nodes += 1
-        if self.nodes > _MAX_NODES:
-            raise _Refused("expression too large")
-        tok = self.take()
+        self.depth += 1
+        if self.nodes > _MAX_NODES or self.depth > _MAX_DEPTH:
+            raise _Refused("expression too large or too deeply nested")
+        value = self.atom_body(self.take())
+        self.depth -= 1
+        return value
+
+    def atom_body(self, tok: str) -> Any:
         sp = self.sp
         if _is_numeric(tok):
             return _literal(sp, tok)
@@ -451,10 +454,7 @@ def _nonzero(x: Any) -> Any:
 
 def _small_numbers_only(sp: Any, expr: Any, limit: int = 10_000) -> bool:
     """True if every number inside ``expr`` has numerator and denominator <= limit."""
-    return all(
-        abs(n.p) <= limit and n.q <= limit
-        for n in expr.atoms(sp.Rational)
-    )
+    return all(abs(n.p) <= limit and n.q <= limit for n in expr.atoms(sp.Rational))
 
 
 def _guarded_pow(sp: Any, base: Any, exponent: Any) -> Any:
@@ -714,8 +714,8 @@ def _verdict(completion: str, answer: str) -> bool:
         norm = _normalise(_unwrap_nested(raw))  # type: ignore[arg-type]
         if norm and norm != final:
             others.add(norm)
-    if len(others) > _MAX_DISTINCT_BOXES:
-        return False
+            if len(others) > _MAX_DISTINCT_BOXES:
+                return False
     return all(_equivalent(other, gold) for other in others)
 
 
