@@ -81,8 +81,9 @@ def train(
 def show_config() -> None:
     """List every config field with its default and help text."""
     table = Table(show_lines=False)
-    for column in ("field", "default", "meaning"):
-        table.add_column(column)
+    table.add_column("field", no_wrap=True)  # whole names, so `rlvr config | grep NAME` works
+    table.add_column("default", no_wrap=True)
+    table.add_column("meaning")
     for name, default, help_text in field_help():
         table.add_row(name, default, help_text)
     Console().print(table)

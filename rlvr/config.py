@@ -300,6 +300,18 @@ def _parse_override(text: str) -> tuple[list[str], Any]:
     return key.split("."), value
 
 
+def _annotation_at(cfg: Config, keys: list[str]) -> Any:
+    """The declared type of a dotted field, or None when the path does not name a leaf."""
+    obj: Any = cfg
+    for key in keys[:-1]:
+        obj = getattr(obj, key, None)
+        if not dataclasses.is_dataclass(obj):
+            return None
+    if not dataclasses.is_dataclass(obj):
+        return None
+    return typing.get_type_hints(type(obj)).get(keys[-1])
+
+
 def load_config(path: str | os.PathLike | None = None, overrides: list[str] | None = None) -> Config:
     """Defaults <- TOML file <- dotted overrides, then validate. Raises ConfigError naming the field."""
     cfg = Config()
@@ -317,6 +329,8 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | No
             raise ConfigError(f"{path}: {err}") from None
     for text in overrides or []:
         keys, value = _parse_override(text)
+        if _annotation_at(cfg, keys) is str and not isinstance(value, str):
+            value = text.split("=", 1)[1].strip()  # `run.output_dir=2024-01-01` is a path, not a date
         nested: dict[str, Any] = {keys[-1]: value}
         for part in reversed(keys[:-1]):
             nested = {part: nested}
@@ -332,7 +346,9 @@ def _toml_value(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, (int, float)):
         return repr(value)
-    return json.dumps(value)  # a JSON string is a valid TOML basic string
+    # A JSON string is a valid TOML basic string, provided non-ASCII characters are written as
+    # themselves: json's \ud83d\ude00 surrogate escapes are not valid TOML.
+    return json.dumps(value, ensure_ascii=False)
 
 
 def to_toml(obj: Any, prefix: str = "") -> str:

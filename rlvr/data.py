@@ -8,6 +8,7 @@ user JSONL, produces the same type, and every JSONL line is validated before tra
 from __future__ import annotations
 
 import json
+import re
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,9 +61,14 @@ def read_jsonl(path: str | Path, cfg: DataConfig, need_solution: bool = False) -
     if not path.is_file():
         raise DataError(f"{path}: file not found")
     examples = []
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
+    with path.open("rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
             where = f"{path}:{lineno}"
+            try:
+                # utf-8-sig on the first line accepts the BOM some editors write
+                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+            except UnicodeDecodeError as err:
+                raise DataError(f"{where}: not valid UTF-8 (byte {err.start + 1} of the line)") from None
             if not line.strip():
                 continue
             try:
@@ -72,7 +78,7 @@ def read_jsonl(path: str | Path, cfg: DataConfig, need_solution: bool = False) -
             if not isinstance(record, dict):
                 raise DataError(f"{where}: expected a JSON object, got {type(record).__name__}")
             level = _field(record, cfg.level_field, where, required=False)
-            if level is not None and not level.lstrip("-").isdigit():
+            if level is not None and not re.fullmatch(r"-?[0-9]+", level.strip()):
                 raise DataError(f"{where}: field {cfg.level_field!r} must be an integer, got {level!r}")
             examples.append(
                 Example(

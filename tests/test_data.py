@@ -133,11 +133,6 @@ def test_last_line_without_newline_is_read(tmp_path):
     assert [e.prompt for e in read_jsonl(path, DataConfig())] == ["What is 2+2?", "last"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="data.py:75/82: the level check `level.lstrip('-').isdigit()` accepts '--3' and '²', "
-    "then int(level) raises a bare ValueError without file:line instead of DataError",
-)
 @pytest.mark.parametrize("level", ["--3", "\u00b2"])
 def test_odd_level_strings_raise_data_error(tmp_path, level):
     path = write_lines(tmp_path / "bad.jsonl", [GOOD, rec(prompt="p", answer="1", level=level)])
@@ -145,11 +140,6 @@ def test_odd_level_strings_raise_data_error(tmp_path, level):
         read_jsonl(path, DataConfig())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="data.py:63-64: a line that is not valid UTF-8 raises UnicodeDecodeError (no file:line, "
-    "and the CLI shows a traceback) instead of DataError",
-)
 def test_non_utf8_line_raises_data_error_with_line(tmp_path):
     path = tmp_path / "latin1.jsonl"
     path.write_bytes((GOOD + "\n").encode() + '{"prompt": "café", "answer": "1"}\n'.encode("latin-1"))

@@ -1,0 +1,127 @@
+"""The `rlvr` command, run as a user runs it: in a subprocess, from the repository root."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlvr.config import Config, field_help, load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = "examples/qwen2.5-1.5b-gsm8k.toml"
+
+
+def rlvr(*args: str, columns: int = 1000, timeout: float = 300) -> subprocess.CompletedProcess:
+    # A wide console so that rich does not fold long messages (paths) across lines.
+    env = {**os.environ, "COLUMNS": str(columns), "NO_COLOR": "1", "TERM": "dumb"}
+    return subprocess.run(
+        [sys.executable, "-m", "rlvr.cli", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_config_lists_every_field_with_its_default():
+    out = rlvr("config", columns=250)
+    assert out.returncode == 0, out.stderr
+    # table rows are "│ field │ default │ meaning │"
+    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in out.stdout.splitlines() if line.startswith("│")]
+    listed = {row[0]: row[1] for row in rows if row[0]}
+    assert listed == {name: default for name, default, _ in field_help()}
+
+
+def test_config_field_names_stay_whole_at_80_columns():
+    out = rlvr("config", columns=80)
+    assert out.returncode == 0, out.stderr
+    missing = [name for name, _, _ in field_help() if name not in out.stdout]
+    assert missing == []
+
+
+def test_unknown_override_exits_2_naming_the_field():
+    out = rlvr("lab", "algo.betta=1")
+    assert out.returncode == 2
+    assert "algo.betta" in out.stderr
+    assert "Traceback" not in out.stderr + out.stdout
+
+
+def test_bad_value_in_config_file_exits_2_naming_file_and_field(tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text("[rollout]\ngroup_size = 1\n", encoding="utf-8")
+    out = rlvr("train", str(path), "--dry-run")
+    assert out.returncode == 2
+    assert "rollout.group_size" in out.stderr
+    assert "Traceback" not in out.stderr
+    assert out.stdout == ""
+
+
+def test_dry_run_of_the_example_prints_the_resolved_config(tmp_path):
+    out = rlvr("train", EXAMPLE, "--dry-run")
+    assert out.returncode == 0, out.stderr
+    # stdout is exactly the resolved config as TOML: save it and it loads back to the same tree
+    printed = tmp_path / "resolved.toml"
+    printed.write_text(out.stdout, encoding="utf-8")
+    resolved = load_config(printed)
+    assert resolved == load_config(ROOT / EXAMPLE)
+    assert resolved != Config()
+    assert resolved.model.path == "Qwen/Qwen2.5-1.5B-Instruct"
+    assert "11 train and 1 held-out" in out.stderr  # 12 sample lines, 5% held out (at least one)
+
+
+def test_dry_run_with_a_bad_data_line_exits_2_naming_file_and_line(tmp_path):
+    data = tmp_path / "problems.jsonl"
+    data.write_text(
+        '{"question": "What is 1+1?", "answer": 2}\n\n{"question": "What is 2+2?"}\n{"question": "x", "answer": 1}\n',
+        encoding="utf-8",
+    )
+    config = tmp_path / "run.toml"
+    config.write_text(
+        f'[data]\nsource = "jsonl"\ntrain_path = {json.dumps(str(data))}\nprompt_field = "question"\n[sft]\nsteps = 0\n',
+        encoding="utf-8",
+    )
+    out = rlvr("train", str(config), "--dry-run")
+    assert out.returncode == 2
+    assert f"{data}:3" in out.stderr
+    assert "answer" in out.stderr
+    assert "Traceback" not in out.stderr
+    assert out.stdout == ""  # no config printed for an invalid run
+
+
+@pytest.mark.slow
+def test_lab_runs_end_to_end_at_toy_size(tmp_path):
+    run_dir = tmp_path / "lab"
+    overrides = [
+        f"run.output_dir={run_dir}",
+        "run.threads=1",
+        "model.tiny.hidden_size=32",
+        "model.tiny.num_layers=1",
+        "model.tiny.num_heads=2",
+        "model.tiny.num_kv_heads=1",
+        "model.tiny.intermediate_size=32",
+        "model.tiny.max_positions=64",
+        "task.num_train=64",
+        "task.num_eval=6",
+        "sft.steps=2",
+        "sft.batch_size=8",
+        "sft.warmup_steps=1",
+        "rollout.group_size=2",
+        "rollout.prompts_per_step=2",
+        "rollout.max_new_tokens=8",
+        "train.steps=2",
+        "train.warmup_steps=1",
+        "train.micro_batch_size=2",
+        "train.log_samples_every=1",
+        "eval.batch_size=6",
+        "eval.max_new_tokens=8",
+    ]
+    out = rlvr("lab", "--quiet", *overrides, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["rl_steps"] == 2
+    assert set(summary["eval"]) == {"after_sft", "after_rl"}
+    assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == 2
+    assert (run_dir / "model" / "config.json").is_file()
+    # the saved config reproduces the run's settings
+    assert load_config(run_dir / "config.toml") == load_config(overrides=overrides)
