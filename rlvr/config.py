@@ -127,10 +127,12 @@ class SFTConfig:
     warmup_steps: int = knob(50, "SFT warmup steps.")
     weight_decay: float = knob(0.0, "SFT AdamW weight decay.")
     worked_fraction: float = knob(0.3, "Share of SFT targets that are worked solutions; the rest are bare boxed answers.")
+    micro_batch_size: int = knob(16, "Rows per forward/backward; rows are grouped by length to cut padding.")
 
     def validate(self) -> None:
         _require(self.steps >= 0, "sft.steps", "must be >= 0")
         _require(self.batch_size > 0, "sft.batch_size", "must be > 0")
+        _require(self.micro_batch_size > 0, "sft.micro_batch_size", "must be > 0")
         _require(self.lr > 0, "sft.lr", "must be > 0")
         _require(0.0 <= self.worked_fraction <= 1.0, "sft.worked_fraction", "must be in [0, 1]")
 

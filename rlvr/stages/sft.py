@@ -26,13 +26,16 @@ def bare_target(example: Example) -> str:
     return "\\boxed{" + example.answer + "}"
 
 
-def encode_targets(tokenizer: PreTrainedTokenizerBase, targets: list[str], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-padded (ids, mask), each target followed by EOS (the model must learn to stop)."""
-    encoded = [tokenizer.encode(t, add_special_tokens=False) + [tokenizer.eos_token_id] for t in targets]
-    width = max(len(ids) for ids in encoded)
-    ids = torch.full((len(encoded), width), tokenizer.pad_token_id, dtype=torch.long)
-    mask = torch.zeros((len(encoded), width), dtype=torch.long)
-    for row, seq in enumerate(encoded):
+def encode_targets(tokenizer: PreTrainedTokenizerBase, targets: list[str]) -> list[list[int]]:
+    """Token ids of each target followed by EOS (the model must learn to stop)."""
+    return [tokenizer.encode(t, add_special_tokens=False) + [tokenizer.eos_token_id] for t in targets]
+
+
+def pad_right(seqs: list[list[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for row, seq in enumerate(seqs):
         ids[row, : len(seq)] = torch.tensor(seq)
         mask[row, : len(seq)] = 1
     return ids.to(device), mask.to(device)
@@ -46,6 +49,31 @@ def warmup_cosine(warmup: int, total: int):
         return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
 
     return factor
+
+
+def sft_backward(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts: list[str], targets: list[str], micro_batch_size: int
+) -> float:
+    """Accumulate the gradient of the batch's mean NLL per target token; returns that loss.
+
+    Rows are sorted by length and cut into micro-batches, so short (bare) targets are not padded
+    to the longest worked solution; the whole batch's token count normalises every micro-batch,
+    so the gradient is exactly that of the whole batch.
+    """
+    device = next(model.parameters()).device
+    target_ids = encode_targets(tokenizer, targets)
+    n_tokens = sum(len(ids) for ids in target_ids)
+    order = sorted(range(len(prompts)), key=lambda i: len(target_ids[i]))
+    total = 0.0
+    for start in range(0, len(order), micro_batch_size):
+        rows = order[start : start + micro_batch_size]
+        prompt_ids, prompt_mask = encode_prompts(tokenizer, [prompts[i] for i in rows], device)
+        ids_BT, mask_BT = pad_right([target_ids[i] for i in rows], tokenizer.pad_token_id, device)
+        logp_BT = completion_logprobs(model, prompt_ids, prompt_mask, ids_BT, mask_BT)
+        loss = aggregate(-logp_BT, mask_BT, "token_mean", normalizer=n_tokens)
+        loss.backward()
+        total += loss.item()
+    return total
 
 
 def sft_train(
@@ -71,15 +99,11 @@ def sft_train(
             examples[i].solution if examples[i].solution and rng.random() < cfg.worked_fraction else bare_target(examples[i])
             for i in rows
         ]
-        prompt_ids, prompt_mask = encode_prompts(tokenizer, [prompts[i] for i in rows], device)
-        target_ids, target_mask = encode_targets(tokenizer, targets, device)
-        logp_BT = completion_logprobs(model, prompt_ids, prompt_mask, target_ids, target_mask)
-        loss = aggregate(-logp_BT, target_mask, "token_mean")
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        loss = sft_backward(model, tokenizer, [prompts[i] for i in rows], targets, micro_batch_size=cfg.micro_batch_size)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         scheduler.step()
-        losses.append(loss.item())
+        losses.append(loss)
         bar.advance(f"loss {losses[-1]:.3f}")
     return losses
