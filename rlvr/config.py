@@ -128,6 +128,7 @@ class SFTConfig:
     weight_decay: float = knob(0.0, "SFT AdamW weight decay.")
     worked_fraction: float = knob(0.3, "Share of SFT targets that are worked solutions; the rest are bare boxed answers.")
     micro_batch_size: int = knob(16, "Rows per forward/backward; rows are grouped by length to cut padding.")
+    save_model: bool = knob(False, "Save the cold-started model under output_dir/sft (a starting point for `model.path`).")
 
     def validate(self) -> None:
         _require(self.steps >= 0, "sft.steps", "must be >= 0")

@@ -67,6 +67,14 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def configure_cpu_math() -> None:
+    """Flush denormal floats to zero. Training drives some activations and gradients into the
+    denormal range (below ~1e-38), where x86 float math is ~100x slower: measured here, an SFT
+    step of the lab model took 2.2 s with denormals and 0.11 s without. Values that small are
+    numerically zero for training purposes."""
+    torch.set_flush_denormal(True)
+
+
 def run(cfg: Config, reporter: Reporter, command: str = "train") -> dict:
     started = time.perf_counter()
     run_dir = prepare_run_dir(cfg, command)
@@ -74,6 +82,7 @@ def run(cfg: Config, reporter: Reporter, command: str = "train") -> dict:
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
     seed_everything(cfg.run.seed)
+    configure_cpu_math()
     verifier = get_verifier(cfg.reward.verifier)
     train, held_out = load_splits(cfg)  # data errors surface here, before any training
     model, tokenizer = prepare_model(cfg, run_dir)
@@ -103,6 +112,8 @@ def run(cfg: Config, reporter: Reporter, command: str = "train") -> dict:
     if cfg.sft.steps > 0:
         with reporter.phase("sft", cfg.sft.steps) as bar:
             timed("sft", lambda: sft_train(model, tokenizer, train, cfg.data, cfg.sft, cfg.run.seed, bar))
+        if cfg.sft.save_model:
+            save_pretrained(model, tokenizer, run_dir / "sft")
     first = "after_sft" if cfg.sft.steps > 0 else "before_rl"
     run_eval(first)
     records = []

@@ -21,11 +21,15 @@ work in the main thread, so the inputs are bounded instead):
   refuses longer gold answers;
 * at most ``_MAX_LITERAL_DIGITS`` digits in one literal and ``_MAX_RESULT_DIGITS``
   digits in any integer built (``9^{9^{9^9}}`` is refused, not computed);
-* roots/fractional powers only of rationals with at most ``_MAX_ROOT_BASE_DIGITS``
-  digits and with index at most ``_MAX_ROOT_INDEX``; factorials of at most
+* at most ``_MAX_RADICAND_DIGITS`` digits in all the numbers under roots/fractional
+  powers of one expression together, root index at most ``_MAX_ROOT_INDEX``
+  (sympy factors radicands, and merges ``\\sqrt{a}\\sqrt{b}`` into ``\\sqrt{ab}``);
+  factorials of at most
   ``_MAX_FACTORIAL``; integer powers of non-numbers at most ``_MAX_SYMBOLIC_EXPONENT``;
 * at most ``_MAX_NODES`` parse nodes, ``_MAX_DEPTH`` nesting levels, and an estimated
-  expanded size of ``_MAX_EXPANDED_TERMS`` terms before anything is expanded.
+  expanded size of ``_MAX_EXPANDED_TERMS`` terms before anything is expanded;
+* no ``sympy.simplify`` (unpredictable run time); nested square roots are denested
+  only when at most ``_MAX_DENEST_RADICALS`` roots are involved.
 
 A verdict that cannot be reached inside these bounds is 0.
 """
@@ -46,14 +50,14 @@ _MAX_DISTINCT_BOXES = 16  # more distinct boxed answers than this is a hedge, no
 _MAX_LITERAL_DIGITS = 1000
 _MAX_RESULT_DIGITS = 3000  # 1000! has 2568 digits
 _MAX_FAST_DIGITS = 4000  # below CPython's default int<->str limit of 4300 digits
-_MAX_ROOT_BASE_DIGITS = 300  # sympy factors the base of a fractional power: keep it small
+_MAX_RADICAND_DIGITS = 100
 _MAX_ROOT_INDEX = 1000
 _MAX_FACTORIAL = 1000
 _MAX_SYMBOLIC_EXPONENT = 100
 _MAX_NODES = 400
 _MAX_DEPTH = 40
 _MAX_EXPANDED_TERMS = 2000
-_MAX_SIMPLIFY_OPS = 40
+_MAX_DENEST_RADICALS = 6
 
 _A = re.ASCII  # "\d", "\s" and "\w" must never match full-width or other Unicode look-alikes
 
@@ -307,6 +311,7 @@ class _Parser:
         self.i = 0
         self.sp = sp
         self.nodes = 0
+        self.radicand_digits = 0.0
         self.depth = 0
 
     def peek(self) -> str | None:
@@ -366,7 +371,7 @@ class _Parser:
         exponent = self.postfix()
         if self.peek() == "^":
             raise _Refused("double superscript")
-        return _guarded_pow(self.sp, base, -exponent if negative else exponent)
+        return self.pow(base, -exponent if negative else exponent)
 
     def postfix(self) -> Any:
         value = self.atom()
@@ -391,7 +396,7 @@ class _Parser:
         if _is_numeric(tok):
             return _literal(sp, tok)
         if len(tok) == 1 and tok.isalpha():
-            return sp.Symbol(tok)
+            return _symbol(sp, tok)
         if tok in ("(", "{"):
             inner = self.expr()
             self.take(")" if tok == "(" else "}")
@@ -399,7 +404,7 @@ class _Parser:
         if tok == "\\pi":
             return sp.pi
         if tok[1:] in _GREEK:
-            return sp.Symbol(tok[1:])
+            return _symbol(sp, tok[1:])
         if tok == "\\frac":
             numerator = self.argument()
             return numerator / _nonzero(self.argument())
@@ -415,7 +420,22 @@ class _Parser:
             self.take("]")
             if not index.is_Integer or not 2 <= index <= _MAX_ROOT_INDEX:
                 raise _Refused("root index must be a small integer")
-        return _guarded_pow(self.sp, self.argument(), 1 / index)
+        return self.pow(self.argument(), 1 / index)
+
+    def pow(self, base: Any, exponent: Any) -> Any:
+        """A guarded power that also charges the expression's radicand budget.
+
+        sympy merges numeric radicals (``\\sqrt{a}\\sqrt{b}`` -> ``\\sqrt{ab}``) and
+        factors the merged radicand, so the digits under all roots add up: fifteen
+        300-digit radicands took minutes before this budget existed.
+        """
+        if exponent.is_Rational and not exponent.is_Integer:
+            self.radicand_digits += sum(
+                _digits(max(abs(int(n.p)), int(n.q))) for n in base.atoms(self.sp.Rational)
+            )
+            if self.radicand_digits > _MAX_RADICAND_DIGITS:
+                raise _Refused("too many digits under roots")
+        return _guarded_pow(self.sp, base, exponent)
 
     def argument(self) -> Any:
         """A ``{group}`` or, as TeX reads ``\\frac12``, a single character."""
@@ -446,6 +466,13 @@ def _literal(sp: Any, tok: str) -> Any:
     return sp.Rational(int(whole or "0") * 10 ** len(frac) + int(frac), 10 ** len(frac))
 
 
+def _symbol(sp: Any, name: str) -> Any:
+    """A real variable. Answers live on the reals, and for complex symbols sympy's
+    automatic simplification of e.g. ``\\sqrt{(1-y^{80})^2}`` expands ``im(y^80)``
+    into a degree-80 polynomial (seconds); for real ones it is ``Abs(1-y^80)``."""
+    return sp.Symbol(name, real=True)
+
+
 def _nonzero(x: Any) -> Any:
     if x == 0:
         raise _Refused("division by zero")
@@ -472,7 +499,7 @@ def _guarded_pow(sp: Any, base: Any, exponent: Any) -> Any:
             size = _digits(max(abs(int(base.p)), int(base.q)))
             if base == 0 and p < 0:
                 raise _Refused("division by zero")
-            if size * abs(p) / q > _MAX_RESULT_DIGITS or (q > 1 and size > _MAX_ROOT_BASE_DIGITS):
+            if size * abs(p) / q > _MAX_RESULT_DIGITS:
                 raise _Refused("power too large")
         elif abs(p) > _MAX_SYMBOLIC_EXPONENT:
             raise _Refused("exponent too large to expand")
@@ -557,16 +584,17 @@ def _probe_values(sp: Any, symbols: list[Any], k: int) -> dict[Any, Any]:
 def _numerically_different(sp: Any, a: Any, b: Any) -> bool:
     """True only when 30-digit evaluation proves ``a != b`` (never proves equality).
 
-    The relative threshold 1e-25 is far above the evaluation error (~1e-29), so a
-    True here is a proof; anything closer is left to exact simplification.
+    sympy's evalf gives each value to ~30 significant digits (an exact zero comes
+    back as zero), so a relative gap above 1e-20 is a proof of difference at any
+    magnitude; anything closer is left to exact simplification.
     """
     symbols = sorted(a.free_symbols | b.free_symbols, key=str)
     for k in range(3 if symbols else 1):
         subs = _probe_values(sp, symbols, k)
         try:
             av, bv = a.evalf(30, subs=subs), b.evalf(30, subs=subs)
-            rel = sp.Abs(av - bv) / (sp.Abs(av) + sp.Abs(bv) + 1)
-            if float(rel) > 1e-25:
+            scale = sp.Max(sp.Abs(av), sp.Abs(bv))
+            if scale != 0 and float(sp.Abs(av - bv) / scale) > 1e-20:
                 return True
         except Exception:  # a pole or an unevaluable point: try the next one
             continue
@@ -574,7 +602,11 @@ def _numerically_different(sp: Any, a: Any, b: Any) -> bool:
 
 
 def _symbolically_equal(a: Any, b: Any) -> bool:
-    """Exact equality of two guarded sympy expressions."""
+    """Exact equality of two guarded sympy expressions.
+
+    Only exact rewrites decide equality. ``sympy.simplify`` is deliberately not used:
+    its run time is unpredictable (and its first call imports sympy.physics).
+    """
     sp = _sympy()
     if a == b:
         return True
@@ -583,15 +615,21 @@ def _symbolically_equal(a: Any, b: Any) -> bool:
         return True
     if _expanded_size(diff) > _MAX_EXPANDED_TERMS or _numerically_different(sp, a, b):
         return False
-    exact: tuple[Callable[[Any], Any], ...] = (
-        sp.expand,
-        sp.cancel,
-        lambda d: sp.expand(sp.radsimp(d)),
-        lambda d: sp.expand(sp.sqrtdenest(d)),
+    exact: list[Callable[[Any], Any]] = [
+        sp.expand,  # polynomials, products of radicals
+        sp.cancel,  # rational functions
+        lambda d: sp.expand(sp.radsimp(d)),  # radicals in denominators (<= 4 terms)
+    ]
+    if _count_radicals(diff) <= _MAX_DENEST_RADICALS:  # its cost grows steeply
+        exact.append(lambda d: sp.expand(sp.sqrtdenest(d)))  # nested square roots
+    return any(step(diff) == 0 for step in exact)
+
+
+def _count_radicals(expr: Any) -> int:
+    return sum(
+        1 for node in _sympy().preorder_traversal(expr)
+        if node.is_Pow and node.exp.is_Rational and not node.exp.is_Integer
     )
-    if any(step(diff) == 0 for step in exact):
-        return True
-    return bool(sp.count_ops(diff) <= _MAX_SIMPLIFY_OPS and sp.simplify(diff) == 0)
 
 
 # ---------------------------------------------------------------------- equivalence
