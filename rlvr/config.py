@@ -58,7 +58,7 @@ class RunConfig:
 @dataclass
 class TinyModelConfig:
     hidden_size: int = knob(192, "Width of the tiny Qwen3 model built for the lab.")
-    num_layers: int = knob(4, "Transformer blocks of the tiny model.")
+    num_layers: int = knob(2, "Transformer blocks of the tiny model (shallow on purpose: see docs/lab.md).")
     num_heads: int = knob(4, "Attention heads of the tiny model.")
     num_kv_heads: int = knob(2, "Key/value heads (grouped-query attention) of the tiny model.")
     intermediate_size: int = knob(512, "MLP width of the tiny model.")
@@ -85,7 +85,7 @@ class ModelConfig:
 @dataclass
 class TaskConfig:
     min_ops: int = knob(1, "Fewest operators in a built-in arithmetic problem (difficulty level 1).")
-    max_ops: int = knob(3, "Most operators in a built-in arithmetic problem.")
+    max_ops: int = knob(4, "Most operators in a built-in arithmetic problem.")
     max_operand: int = knob(9, "Operands are drawn from 0..max_operand.")
     operators: str = knob("+-*", "Operators to draw from (subset of '+-*').")
     num_train: int = knob(20000, "Training problems generated from the seed.")
@@ -121,12 +121,12 @@ class DataConfig:
 
 @dataclass
 class SFTConfig:
-    steps: int = knob(1400, "Cold-start SFT optimizer steps; 0 skips SFT.")
+    steps: int = knob(2500, "Cold-start SFT optimizer steps; 0 skips SFT.")
     batch_size: int = knob(64, "Sequences per SFT step.")
     lr: float = knob(2e-3, "Peak SFT learning rate (AdamW, linear warmup then cosine decay).")
     warmup_steps: int = knob(50, "SFT warmup steps.")
     weight_decay: float = knob(0.0, "SFT AdamW weight decay.")
-    worked_fraction: float = knob(0.3, "Share of SFT targets that are worked solutions; the rest are bare boxed answers.")
+    worked_fraction: float = knob(0.4, "Share of SFT targets that are worked solutions; the rest are bare boxed answers.")
     micro_batch_size: int = knob(16, "Rows per forward/backward; rows are grouped by length to cut padding.")
     save_model: bool = knob(False, "Save the cold-started model under output_dir/sft (a starting point for `model.path`).")
 
@@ -144,7 +144,7 @@ class RolloutConfig:
     prompts_per_step: int = knob(16, "Prompts per RL step (batch = prompts_per_step * group_size).")
     temperature: float = knob(1.0, "Sampling temperature; the update scores tokens at the same temperature.")
     top_p: float = knob(1.0, "Nucleus sampling mass (1.0 = off).")
-    max_new_tokens: int = knob(48, "Longest completion; longer ones are cut and usually score 0.")
+    max_new_tokens: int = knob(64, "Longest completion; longer ones are cut and usually score 0.")
 
     def validate(self) -> None:
         _require(self.group_size >= 2, "rollout.group_size", "must be >= 2 (group-relative advantages need a group)")
@@ -162,7 +162,9 @@ class AlgoConfig:
     clip_low: float = knob(0.2, "Lower clip: ratio >= 1 - clip_low.")
     clip_high: float = knob(0.2, "Upper clip: ratio <= 1 + clip_high (DAPO clip-higher raises it).")
     aggregation: Literal["token_mean", "seq_mean_token_mean", "constant"] = knob(
-        "seq_mean_token_mean", "Loss aggregation over tokens: batch token mean, mean of per-sequence means, or sum / (N * max_new_tokens)."
+        "token_mean",
+        "Loss aggregation: token_mean (every token weighs the same; DAPO), seq_mean_token_mean (mean of per-sequence "
+        "means; GRPO paper, favours short correct answers) or constant (sum / (N * max_new_tokens); Dr. GRPO).",
     )
     beta: float = knob(0.0, "KL weight to the frozen reference model; 0 builds no reference model.")
     kl_estimator: Literal["k1", "k2", "k3"] = knob("k3", "Per-token KL estimator (Schulman's k1/k2/k3).")
@@ -178,8 +180,8 @@ class AlgoConfig:
 
 @dataclass
 class TrainConfig:
-    steps: int = knob(150, "RL steps (each: rollout, verify, advantages, num_iterations updates).")
-    lr: float = knob(1e-4, "RL learning rate (AdamW, constant after warmup).")
+    steps: int = knob(200, "RL steps (each: rollout, verify, advantages, num_iterations updates).")
+    lr: float = knob(2e-4, "RL learning rate (AdamW, constant after warmup).")
     warmup_steps: int = knob(10, "RL learning-rate warmup steps.")
     weight_decay: float = knob(0.0, "RL AdamW weight decay.")
     max_grad_norm: float = knob(1.0, "Clip the global gradient norm (0 = off).")
@@ -198,7 +200,7 @@ class TrainConfig:
 @dataclass
 class EvalConfig:
     batch_size: int = knob(200, "Held-out prompts decoded at once (greedy).")
-    max_new_tokens: int = knob(48, "Longest held-out completion.")
+    max_new_tokens: int = knob(64, "Longest held-out completion.")
     max_problems: int = knob(0, "Evaluate at most this many held-out problems (0 = all).")
 
     def validate(self) -> None:
@@ -351,7 +353,8 @@ def _toml_value(value: Any) -> str:
         return repr(value)
     # A JSON string is a valid TOML basic string, provided non-ASCII characters are written as
     # themselves: json's \ud83d\ude00 surrogate escapes are not valid TOML.
-    return json.dumps(value, ensure_ascii=False)
+    # DEL (U+007F) is the one control character json leaves raw and TOML forbids.
+    return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
 
 
 def to_toml(obj: Any, prefix: str = "") -> str:

@@ -1,37 +1,42 @@
 """Strict, fast reward for math answers written in ``\\boxed{...}``.
 
 A lenient verifier gets gamed by the policy (hedging, listing candidates, dumping a
-float approximation), so every rule here errs towards 0. The public entry points are
+float approximation), so every rule here errs towards 0. Public entry points:
 
-* :func:`boxed_math` -- the reward, 1.0 or 0.0, and
+* :func:`boxed_math` -- the reward, 1.0 or 0.0;
 * :func:`extract_last_boxed` -- the answer a completion commits to.
 
-Comparison happens in three tiers, cheapest first:
+Answers are compared in three tiers, cheapest first:
 
-1. equal strings after :func:`_normalise`;
-2. exact numbers (integers, decimals, ``a/b``, ``\\frac{a}{b}``): plain string/regex
-   work plus :class:`fractions.Fraction`; sympy is never imported on this path;
-3. symbolic equality: a small LaTeX-subset parser of our own (no ``eval``, no
-   ``sympify``) builds sympy objects under size guards, then exact simplification.
+1. equal strings after :func:`_normalise` (applied to both sides);
+2. exact numbers (integers, decimals, ``a/b``, ``\\frac{a}{b}``) with regexes and
+   :class:`fractions.Fraction`; sympy is not even imported on this path;
+3. symbolic equality: our own parser for a LaTeX subset (no ``eval``, no
+   ``sympify``) builds sympy expressions under size guards; only exact rewrites
+   (expand, cancel, radsimp, sqrtdenest) can prove equality, evaluation at 30 digits
+   can only prove a difference. There is no float tolerance anywhere.
 
-Bounds that keep every call well under a second (there is no timeout: signals only
-work in the main thread, so the inputs are bounded instead):
+Time bounds. There is no timeout (signals work only in the main thread); the inputs
+are bounded instead, and anything past a bound is refused, which scores 0:
 
 * box content at most ``MAX_ANSWER_CHARS`` (500) characters; the symbolic tier also
-  refuses longer gold answers;
-* at most ``_MAX_LITERAL_DIGITS`` digits in one literal and ``_MAX_RESULT_DIGITS``
-  digits in any integer built (``9^{9^{9^9}}`` is refused, not computed);
-* at most ``_MAX_RADICAND_DIGITS`` digits in all the numbers under roots/fractional
-  powers of one expression together, root index at most ``_MAX_ROOT_INDEX``
-  (sympy factors radicands, and merges ``\\sqrt{a}\\sqrt{b}`` into ``\\sqrt{ab}``);
-  factorials of at most
-  ``_MAX_FACTORIAL``; integer powers of non-numbers at most ``_MAX_SYMBOLIC_EXPONENT``;
-* at most ``_MAX_NODES`` parse nodes, ``_MAX_DEPTH`` nesting levels, and an estimated
-  expanded size of ``_MAX_EXPANDED_TERMS`` terms before anything is expanded;
-* no ``sympy.simplify`` (unpredictable run time); nested square roots are denested
-  only when at most ``_MAX_DENEST_RADICALS`` roots are involved.
+  refuses longer gold answers; ``_MAX_NODES`` atoms, ``_MAX_DEPTH`` nesting levels;
+* literals of at most ``_MAX_LITERAL_DIGITS`` digits, no number built past
+  ``_MAX_RESULT_DIGITS`` (``9^{9^{9^9}}`` and ``(10^{10})!`` are refused, not
+  computed), factorials of at most ``_MAX_FACTORIAL``;
+* powers of non-numbers at most ``_MAX_SYMBOLIC_EXPONENT``, and at most
+  ``_MAX_EXPONENT_UNDER_ROOT`` inside a root or a symbolic power; no towers of
+  non-integer powers; symbolic exponents of at most ``_MAX_EXPONENT_TERMS`` terms
+  and with small numbers once expanded;
+* roots: index at most ``_MAX_ROOT_INDEX``, radicand digits times the lcm of its
+  root indices at most ``_MAX_ROOT_WORK``, all radicands of one expression together
+  at most ``_MAX_RADICAND_DIGITS`` digits;
+* per reward call, a budget of ``_MAX_EXPANDED_TERMS`` estimated polynomial terms
+  (each symbolic comparison also costs ``_COMPARISON_CHARGE``); no
+  ``sympy.simplify``; denesting only with at most ``_MAX_DENEST_RADICALS`` roots;
+  numeric probes skip points where a symbolic exponent exceeds ``_MAX_PROBE_EXPONENT``.
 
-A verdict that cannot be reached inside these bounds is 0.
+Fuzzing inside these bounds found no input slower than about half a second.
 """
 
 from __future__ import annotations
@@ -43,23 +48,28 @@ import sys
 from fractions import Fraction
 from typing import Any, Callable
 
-__all__ = ["boxed_math", "extract_last_boxed", "MAX_ANSWER_CHARS"]
+__all__ = ["MAX_ANSWER_CHARS", "boxed_math", "extract_last_boxed"]
 
 MAX_ANSWER_CHARS = 500
 _MAX_DISTINCT_BOXES = 16  # more distinct boxed answers than this is a hedge, not a proof
-_MAX_LITERAL_DIGITS = 1000
-_MAX_RESULT_DIGITS = 3000  # 1000! has 2568 digits
 _MAX_FAST_DIGITS = 4000  # below CPython's default int<->str limit of 4300 digits
-_MAX_RADICAND_DIGITS = 100
-_MAX_ROOT_INDEX = 1000
-_MAX_FACTORIAL = 1000
-_MAX_SYMBOLIC_EXPONENT = 100
 _MAX_NODES = 400
 _MAX_DEPTH = 40
-_MAX_EXPANDED_TERMS = 2000
+_MAX_LITERAL_DIGITS = 1000
+_MAX_RESULT_DIGITS = 3000  # 1000! has 2568 digits
+_MAX_FACTORIAL = 1000
+_MAX_SYMBOLIC_EXPONENT = 100
+_MAX_EXPONENT_UNDER_ROOT = 16
+_MAX_EXPONENT_TERMS = 50  # terms of a symbolic exponent once expanded
+_MAX_ROOT_INDEX = 300
+_MAX_ROOT_WORK = 300
+_MAX_RADICAND_DIGITS = 100
+_MAX_EXPANDED_TERMS = 1000
+_COMPARISON_CHARGE = 50
 _MAX_DENEST_RADICALS = 6
+_MAX_PROBE_EXPONENT = 1e6
 
-_A = re.ASCII  # "\d", "\s" and "\w" must never match full-width or other Unicode look-alikes
+_A = re.ASCII  # "\d", "\s" must never match full-width digits or other look-alikes
 
 
 # --------------------------------------------------------------------------- extraction
@@ -152,30 +162,30 @@ def extract_last_boxed(text: str) -> str | None:
 _LEFT_RIGHT = re.compile(r"\\(?:left|right)(?![A-Za-z])", _A)
 _SPACING = re.compile(r"\\(?:quad|qquad|displaystyle)(?![A-Za-z])|\\[!,;: ]|~", _A)
 _FRAC_VARIANTS = re.compile(r"\\[dt]frac(?![A-Za-z])", _A)
-_ASSIGNMENT = re.compile(r"^[A-Za-z]\s*=(?!=)\s*", _A)
 _WHITESPACE = re.compile(r"\s+", _A)
+_ASSIGNMENT = re.compile(r"^[A-Za-z]\s*=(?!=)\s*", _A)
 _TEXT_WRAP = re.compile(r"^\\(?:text|textrm|mathrm|mbox)\{([^{}]*)\}$", _A)
-
-_NUMBER = (
+_TRAILING_ZEROS = re.compile(r"^(-?[0-9]+)\.0+$", _A)
+_THOUSANDS = re.compile(r"-?[0-9]{1,3}(?:(?:,|\{,\})[0-9]{3})+(?:\.[0-9]+)?", _A)
+_NUMBER = re.compile(
     r"-?(?:[0-9]{1,3}(?:(?:,|\{,\})[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?"
-    r"|-?\.[0-9]+|-?[0-9]+/[0-9]+|-?\\frac\{-?[0-9]+\}\{[0-9]+\}"
+    r"|-?\.[0-9]+|-?[0-9]+/[0-9]+|-?\\frac\{-?[0-9]+\}\{[0-9]+\}",
+    _A,
 )
-_IS_NUMBER = re.compile(rf"(?:{_NUMBER})", _A)
 # Suffixes dropped after a number; "$" anchors them to the end of the answer.
 _SUFFIXES = (
     re.compile(r"\s*\\(?:text|textrm|mathrm|mbox)\{[^{}]*\}(?:\^\{?[0-9]\}?)?$", _A),
     re.compile(r"\s*\^\s*(?:\\circ|\{\s*\\circ\s*\})$", _A),
     re.compile(r"\s*\\?%$", _A),
 )
-_TRAILING_ZEROS = re.compile(r"^(-?[0-9]+)\.0+$", _A)
 
 
 def _strip_number_suffixes(s: str) -> str:
-    """Drop units, degrees and percent signs, but only when a number precedes them."""
+    """Drop a unit, degree sign or percent sign, but only right after a number."""
     for _ in range(3):  # "45^\circ\text{ C}" has two suffixes; three is plenty
         for pattern in _SUFFIXES:
             m = pattern.search(s)
-            if m and _IS_NUMBER.fullmatch(s[: m.start()]):
+            if m and _NUMBER.fullmatch(s[: m.start()]):
                 s = s[: m.start()]
                 break
         else:
@@ -202,16 +212,11 @@ def _normalise(s: str) -> str:
     return _TRAILING_ZEROS.sub(r"\1", s)
 
 
-# --------------------------------------------------------------------- exact numbers
+# ------------------------------------------------------------------------ exact numbers
 
 _DECIMAL = re.compile(r"(-?)([0-9]*)(?:\.([0-9]+))?", _A)
 _SLASH = re.compile(r"(-?)([0-9]+)/([0-9]+)", _A)
 _FRAC = re.compile(r"(-?)\\frac\{(-?)([0-9]+)\}\{([0-9]+)\}", _A)
-_THOUSANDS = re.compile(r"-?[0-9]{1,3}(?:(?:,|\{,\})[0-9]{3})+(?:\.[0-9]+)?", _A)
-
-# An exact number: a Fraction when small enough to convert, otherwise the canonical
-# decimal string (int() refuses more than ~4300 digits and must stay refused globally).
-_Exact = Fraction | str
 
 
 def _fast_digit_limit() -> int:
@@ -221,17 +226,21 @@ def _fast_digit_limit() -> int:
     return min(_MAX_FAST_DIGITS, limit) if limit else _MAX_FAST_DIGITS
 
 
-def _exact_number(s: str) -> _Exact | None:
-    """Exact value of a plain number (``-12``, ``0.50``, ``3/4``, ``-\\frac{3}{4}``)."""
+def _exact_number(s: str) -> Fraction | str | None:
+    """Exact value of a plain number (``-12``, ``0.50``, ``3/4``, ``-\\frac{3}{4}``).
+
+    Too long for int(), a decimal becomes its canonical digit string instead (int()
+    refuses ~4300+ digits, and raising that limit would change global state).
+    """
     m = _DECIMAL.fullmatch(s)
     if m and (m.group(2) or m.group(3)):
         sign, whole, frac = m.group(1), m.group(2).lstrip("0"), (m.group(3) or "").rstrip("0")
         if len(whole) + len(frac) > _fast_digit_limit():
-            return f"{sign}{whole}.{frac}"  # canonical digits; never zero at this length
+            return f"{sign}{whole}.{frac}"  # never zero at this length
         value = Fraction(int(whole or "0") * 10 ** len(frac) + int(frac or "0"), 10 ** len(frac))
         return -value if sign else value
-    m = _SLASH.fullmatch(s)
     negate = False
+    m = _SLASH.fullmatch(s)
     if m:
         sign, num, den = m.groups()
     else:
@@ -246,11 +255,27 @@ def _exact_number(s: str) -> _Exact | None:
     return -value if bool(sign) != negate else value
 
 
-# ---------------------------------------------------------------------- LaTeX parser
+def _same_number(a: str, b: str) -> bool | None:
+    """Exact comparison if both sides are plain numbers, else None (undecided)."""
+    x, y = _exact_number(a), _exact_number(b)
+    if x is None or y is None:
+        return None
+    return type(x) is type(y) and x == y
+
+
+# ------------------------------------------------------------------------- LaTeX parser
 
 
 class _Refused(Exception):
     """The input is outside the supported LaTeX subset or outside the size bounds."""
+
+
+@functools.lru_cache(maxsize=1)
+def _sympy() -> Any:
+    """Import sympy on first use only, so the numeric fast path never pays for it."""
+    import sympy
+
+    return sympy
 
 
 _TOKEN = re.compile(
@@ -264,20 +289,18 @@ _GREEK = frozenset(
 )
 _MULTIPLY = frozenset({"*", "\\cdot", "\\times"})
 _DIVIDE = frozenset({"/", "\\div"})
+_STARTS_FACTOR = frozenset({"(", "{", "\\frac", "\\sqrt", "\\pi"})
 
 
 def _tokenize(s: str) -> list[str]:
     """Split into tokens: numbers, one-letter variables, ``\\commands`` and operators."""
     tokens: list[str] = []
-    pos = 0
-    s = s.rstrip()
+    pos, s = 0, s.rstrip()
     while pos < len(s):
         m = _TOKEN.match(s, pos)
         if m is None:
             raise _Refused(f"unexpected character at {pos}")
-        tok = m.group("num") or m.group("var") or m.group("op")
-        if tok is None:
-            tok = "\\" + m.group("cmd")
+        tok = m.group("num") or m.group("var") or m.group("op") or "\\" + m.group("cmd")
         if m.group("num") and len(tok) > _MAX_LITERAL_DIGITS:
             raise _Refused("literal too long")
         tokens.append(tok)
@@ -287,6 +310,27 @@ def _tokenize(s: str) -> list[str]:
 
 def _is_numeric(tok: str) -> bool:
     return tok[0] in "0123456789."
+
+
+def _literal(tok: str) -> Any:
+    """Exact sympy number for a literal such as ``12`` or ``0.125`` (never a float)."""
+    whole, _, frac = tok.partition(".")
+    if not frac:
+        return _sympy().Integer(int(whole))
+    return _sympy().Rational(int(whole or "0") * 10 ** len(frac) + int(frac), 10 ** len(frac))
+
+
+def _symbol(name: str) -> Any:
+    """A real variable. Answers live on the reals, and for complex symbols sympy's
+    automatic simplification of e.g. ``\\sqrt{(1-y^{80})^2}`` expands ``im(y^80)``
+    into a degree-80 polynomial (seconds); for real ones it is ``Abs(1-y^80)``."""
+    return _sympy().Symbol(name, real=True)
+
+
+def _nonzero(x: Any) -> Any:
+    if x == 0:
+        raise _Refused("division by zero")
+    return x
 
 
 class _Parser:
@@ -302,17 +346,17 @@ class _Parser:
         atom    := number | letter | \\pi | \\greek | "(" expr ")" | "{" expr "}"
                  | \\frac arg arg | \\sqrt ("[" expr "]")? arg
 
-    ``a^b^c`` is refused as in LaTeX (double superscript); ``2^10`` reads the whole
-    number as the exponent, which is what writers of ``2^10`` mean.
+    A number right after a factor (``2 3``, ``0x2A``, ``4e1``) is refused rather than
+    multiplied. ``a^b^c`` is refused as in LaTeX (double superscript); ``2^10`` reads
+    the whole number as the exponent, which is what writers of ``2^10`` mean.
     """
 
-    def __init__(self, tokens: list[str], sp: Any) -> None:
+    def __init__(self, tokens: list[str]) -> None:
         self.tokens = tokens
         self.i = 0
-        self.sp = sp
         self.nodes = 0
-        self.radicand_digits = 0.0
         self.depth = 0
+        self.radicand_digits = 0.0
 
     def peek(self) -> str | None:
         return self.tokens[self.i] if self.i < len(self.tokens) else None
@@ -344,13 +388,11 @@ class _Parser:
             if tok in _MULTIPLY or tok in _DIVIDE:
                 self.take()
                 right = self.unary()
-            elif tok in ("(", "{", "\\frac", "\\sqrt", "\\pi") or tok[0].isalpha() or (
-                tok[1:] in _GREEK
-            ):
+            elif tok in _STARTS_FACTOR or tok[0].isalpha() or tok[1:] in _GREEK:
                 right = self.power()  # implicit multiplication: "2x", "3\sqrt{2}"
             else:
-                break  # a number right after a factor ("2 3", "0x2") ends up refused
-            value = value / _nonzero(right) if tok in _DIVIDE else value * right
+                break
+            value = self.checked(value / _nonzero(right) if tok in _DIVIDE else value * right)
         return value
 
     def unary(self) -> Any:
@@ -377,7 +419,9 @@ class _Parser:
         value = self.atom()
         while self.peek() == "!":
             self.take()
-            value = _guarded_factorial(self.sp, value)
+            if not value.is_Integer or not 0 <= value <= _MAX_FACTORIAL:
+                raise _Refused("factorial only of small non-negative integers")
+            value = _sympy().factorial(value)
         return value
 
     def atom(self) -> Any:
@@ -392,171 +436,198 @@ class _Parser:
         return value
 
     def atom_body(self, tok: str) -> Any:
-        sp = self.sp
         if _is_numeric(tok):
-            return _literal(sp, tok)
+            return _literal(tok)
         if len(tok) == 1 and tok.isalpha():
-            return _symbol(sp, tok)
+            return _symbol(tok)
         if tok in ("(", "{"):
             inner = self.expr()
             self.take(")" if tok == "(" else "}")
             return inner
         if tok == "\\pi":
-            return sp.pi
+            return _sympy().pi
         if tok[1:] in _GREEK:
-            return _symbol(sp, tok[1:])
+            return _symbol(tok[1:])
         if tok == "\\frac":
             numerator = self.argument()
-            return numerator / _nonzero(self.argument())
+            return self.checked(numerator / _nonzero(self.argument()))
         if tok == "\\sqrt":
-            return self.sqrt()
+            index = _sympy().Integer(2)
+            if self.peek() == "[":
+                self.take()
+                index = self.expr()
+                self.take("]")
+                if not index.is_Integer or not 2 <= index <= _MAX_ROOT_INDEX:
+                    raise _Refused("root index must be a small integer")
+            return self.pow(self.argument(), 1 / index)
         raise _Refused(f"unsupported token {tok!r}")
-
-    def sqrt(self) -> Any:
-        index = self.sp.Integer(2)
-        if self.peek() == "[":
-            self.take()
-            index = self.expr()
-            self.take("]")
-            if not index.is_Integer or not 2 <= index <= _MAX_ROOT_INDEX:
-                raise _Refused("root index must be a small integer")
-        return self.pow(self.argument(), 1 / index)
-
-    def pow(self, base: Any, exponent: Any) -> Any:
-        """A guarded power that also charges the expression's radicand budget.
-
-        sympy merges numeric radicals (``\\sqrt{a}\\sqrt{b}`` -> ``\\sqrt{ab}``) and
-        factors the merged radicand, so the digits under all roots add up: fifteen
-        300-digit radicands took minutes before this budget existed.
-        """
-        if exponent.is_Rational and not exponent.is_Integer:
-            self.radicand_digits += sum(
-                _digits(max(abs(int(n.p)), int(n.q))) for n in base.atoms(self.sp.Rational)
-            )
-            if self.radicand_digits > _MAX_RADICAND_DIGITS:
-                raise _Refused("too many digits under roots")
-        return _guarded_pow(self.sp, base, exponent)
 
     def argument(self) -> Any:
         """A ``{group}`` or, as TeX reads ``\\frac12``, a single character."""
         tok = self.peek()
-        if tok == "{":
-            return self.atom()
         if tok is not None and _is_numeric(tok) and len(tok) > 1:
             if tok[0] == ".":
                 raise _Refused("bare decimal point as an argument")
             self.tokens[self.i] = tok[1:]  # "\frac12" -> argument "1", then "2"
-            return _literal(self.sp, tok[0])
+            return _literal(tok[0])
         return self.atom()
 
+    def pow(self, base: Any, exponent: Any) -> Any:
+        """A guarded power that also charges the expression's radicand budget.
 
-# ----------------------------------------------------------------- guarded sympy nodes
+        sympy merges numeric roots (``\\sqrt{a}\\sqrt{b}`` -> ``\\sqrt{ab}``) and
+        factors the merged radicand: fifteen 300-digit radicands took minutes.
+        """
+        if exponent.is_Rational and not exponent.is_Integer:
+            self.radicand_digits += sum(_size(n) for n in base.atoms(_sympy().Rational))
+            if self.radicand_digits > _MAX_RADICAND_DIGITS:
+                raise _Refused("too many digits under roots")
+        return self.checked(_guarded_pow(base, exponent))
 
-
-def _digits(n: int) -> float:
-    """Approximate number of decimal digits of ``|n|`` without converting it to str."""
-    return abs(n).bit_length() * 0.30103
-
-
-def _literal(sp: Any, tok: str) -> Any:
-    """Exact sympy number for a literal such as ``12`` or ``0.125`` (never a float)."""
-    whole, _, frac = tok.partition(".")
-    if not frac:
-        return sp.Integer(int(whole))
-    return sp.Rational(int(whole or "0") * 10 ** len(frac) + int(frac), 10 ** len(frac))
-
-
-def _symbol(sp: Any, name: str) -> Any:
-    """A real variable. Answers live on the reals, and for complex symbols sympy's
-    automatic simplification of e.g. ``\\sqrt{(1-y^{80})^2}`` expands ``im(y^80)``
-    into a degree-80 polynomial (seconds); for real ones it is ``Abs(1-y^80)``."""
-    return sp.Symbol(name, real=True)
+    def checked(self, value: Any) -> Any:
+        """Refuse a product or power whose merged roots became expensive."""
+        if _root_work(value) > _MAX_ROOT_WORK:
+            raise _Refused("root too expensive")
+        return value
 
 
-def _nonzero(x: Any) -> Any:
-    if x == 0:
-        raise _Refused("division by zero")
-    return x
+# ------------------------------------------------------------------------------- guards
 
 
-def _small_numbers_only(sp: Any, expr: Any, limit: int = 10_000) -> bool:
-    """True if every number inside ``expr`` has numerator and denominator <= limit."""
-    return all(abs(n.p) <= limit and n.q <= limit for n in expr.atoms(sp.Rational))
+def _size(n: Any) -> float:
+    """Approximate decimal digits of a sympy Rational, without converting it to str."""
+    return max(abs(int(n.p)), int(n.q)).bit_length() * 0.30103
 
 
-def _guarded_pow(sp: Any, base: Any, exponent: Any) -> Any:
-    """``base ** exponent``, refused when the exact result would be huge or slow.
+def _nodes(expr: Any) -> Any:
+    return _sympy().preorder_traversal(expr)
 
-    sympy evaluates rational powers eagerly (``9^{9^9}`` would be built digit by
-    digit, and fractional powers of big integers trigger factoring), so the size is
-    estimated from bit lengths first.
+
+def _largest_integer_power(expr: Any) -> int:
+    """The largest ``|k|`` over the powers ``b^k`` of non-numbers inside ``expr``."""
+    return max(
+        (
+            abs(int(node.exp.p))
+            for node in _nodes(expr)
+            if node.is_Pow and node.exp.is_Integer and not node.base.is_Rational
+        ),
+        default=0,
+    )
+
+
+def _has_power(expr: Any, symbolic_only: bool) -> bool:
+    """Whether ``expr`` holds a power with a symbolic (or, unless ``symbolic_only``,
+    any non-integer) exponent."""
+    return any(
+        node.is_Pow and not node.exp.is_Integer and not (symbolic_only and node.exp.is_Rational)
+        for node in _nodes(expr)
+    )
+
+
+def _root_work(expr: Any, index: int = 1) -> float:
+    """Largest radicand digits times root index over the numeric roots in ``expr``.
+
+    sympy rationalises ``r^{-1/q}`` by factoring ``r^{q-1}`` (cubic in digits times
+    ``q``; half a minute for ``r = 984017284, q = 997``), and merges ``r^{1/2} r^{1/3}``
+    into ``r^{5/6}``, so the index that counts is the lcm over all roots of ``r``.
+    With ``index > 1`` it is the work after raising ``expr`` to a ``1/index`` power,
+    where any number may become a radicand (``(4z)^{1/3} = 4^{1/3} z^{1/3}``).
     """
-    if exponent.is_Rational:
-        p, q = int(exponent.p), int(exponent.q)
-        if q > _MAX_ROOT_INDEX:
-            raise _Refused("root index too large")
-        if base.is_Rational:
-            size = _digits(max(abs(int(base.p)), int(base.q)))
-            if base == 0 and p < 0:
-                raise _Refused("division by zero")
-            if size * abs(p) / q > _MAX_RESULT_DIGITS:
-                raise _Refused("power too large")
-        elif abs(p) > _MAX_SYMBOLIC_EXPONENT:
-            raise _Refused("exponent too large to expand")
-    elif not _small_numbers_only(sp, exponent):
-        # Symbolic or irrational exponents stay unevaluated, but probing them at
+    indices: dict[Any, int] = {}
+    for node in _nodes(expr):
+        if node.is_Pow and node.base.is_Rational and node.exp.is_Rational:
+            indices[node.base] = math.lcm(indices.get(node.base, 1), int(node.exp.q))
+        elif node.is_Rational and index > 1:
+            indices.setdefault(node, 1)
+    return max((max(_size(r), 1.0) * q * index for r, q in indices.items()), default=0.0)
+
+
+def _guarded_pow(base: Any, exponent: Any) -> Any:
+    """``base ** exponent``, refused when sympy's automatic evaluation would be slow.
+
+    sympy evaluates eagerly: ``9^{9^9}`` would be built digit by digit, integer powers
+    are distributed over products (``(85!/z)^{86}`` computes ``(85!)^{86}``), and
+    roots of numbers are factored (see :func:`_root_work`). Sizes are estimated from
+    bit lengths before anything is built.
+    """
+    sp = _sympy()
+    if base == 0 and exponent.is_negative:
+        raise _Refused("division by zero")
+    largest = max((_size(n) for n in base.atoms(sp.Rational)), default=0.0)
+    if not exponent.is_Integer:
+        # Deciding whether (b^k)^e may become b^{ke} makes sympy split b^k into real
+        # and imaginary parts, i.e. expand (re b + i im b)^k: seconds for k = 86, and
+        # towers of non-integer powers make every such question slow. So no towers.
+        inner = (base, exponent) if not exponent.is_Rational else (base,)
+        if max(map(_largest_integer_power, (base, exponent))) > _MAX_EXPONENT_UNDER_ROOT:
+            raise _Refused("large integer power under a root or symbolic power")
+        if any(_has_power(part, symbolic_only=exponent.is_Rational) for part in inner):
+            raise _Refused("tower of non-integer powers")
+    if not exponent.is_Rational:
+        # Symbolic or irrational exponents stay unevaluated, but sympy asks whether a
+        # numeric base is prime (slow past a few hundred digits), and probing at
         # rational points must not turn 2^{10^{999} x} into an exact giant power.
-        raise _Refused("exponent holds large numbers")
+        # expand() later splits 2^{(x+3154)^{14}} into powers of 2 with 49-digit
+        # exponents, so the numbers of the expanded exponent are what must be small.
+        if largest > _MAX_ROOT_WORK or max(_expanded_size(exponent)) > _MAX_EXPONENT_TERMS:
+            raise _Refused("symbolic power of large numbers")
+        if any(_size(n) > 4 for n in sp.expand(exponent).atoms(sp.Rational)):
+            raise _Refused("symbolic power of large numbers")
+        return sp.Pow(base, exponent)
+    p, q = abs(int(exponent.p)), int(exponent.q)
+    if largest * p / q > _MAX_RESULT_DIGITS:
+        raise _Refused("power too large")
+    if q > 1 and (q > _MAX_ROOT_INDEX or _root_work(base, q) > _MAX_ROOT_WORK):
+        raise _Refused("root too expensive")
+    if not base.is_Rational and p > _MAX_SYMBOLIC_EXPONENT:
+        raise _Refused("exponent too large to expand")
     return sp.Pow(base, exponent)
 
 
-def _guarded_factorial(sp: Any, value: Any) -> Any:
-    if not value.is_Integer or not 0 <= value <= _MAX_FACTORIAL:
-        raise _Refused("factorial only of small non-negative integers")
-    return sp.factorial(value)
-
-
-def _check_tree(sp: Any, expr: Any) -> None:
+def _check_tree(expr: Any) -> None:
     """Refuse results that are undefined or too big, however they came about.
 
     sympy merges powers on its own (``((x+1)^{60})^{60}`` becomes ``(x+1)^{3600}``),
-    so the exponent bound is checked again on the finished tree.
+    so the bounds are checked again on the finished tree.
     """
+    sp = _sympy()
     if expr.has(sp.zoo, sp.nan, sp.oo, -sp.oo):
         raise _Refused("undefined or infinite")
-    for count, node in enumerate(sp.preorder_traversal(expr)):
+    for count, node in enumerate(_nodes(expr)):
         if count > 4 * _MAX_NODES:
             raise _Refused("expression too large")
-        if node.is_Rational and _digits(max(abs(int(node.p)), int(node.q))) > _MAX_RESULT_DIGITS:
+        if node.is_Rational and _size(node) > _MAX_RESULT_DIGITS:
             raise _Refused("number too large")
         if node.is_Pow and not node.base.is_Rational and node.exp.is_Rational:
             if abs(int(node.exp.p)) > _MAX_SYMBOLIC_EXPONENT:
                 raise _Refused("exponent too large to expand")
 
 
-def _expanded_size(expr: Any) -> int:
-    """Upper estimate of the number of terms ``expand`` would produce (capped)."""
+def _expanded_size(expr: Any) -> tuple[int, int]:
+    """Upper estimates (capped) of the terms in the expanded numerator and denominator
+    of ``expr`` over a common denominator: what ``expand`` and ``cancel`` will build.
+
+    A sum of fractions multiplies denominators, and ``(a+b)^n`` has ``n+1`` terms,
+    so small inputs can ask for huge polynomials; this sees that coming.
+    """
     cap = _MAX_EXPANDED_TERMS + 1
-    if expr.is_Add:
-        return min(cap, sum(_expanded_size(a) for a in expr.args))
-    if expr.is_Mul:
-        size = 1
-        for a in expr.args:
-            size = min(cap, size * _expanded_size(a))
-        return size
+    if expr.is_Add or expr.is_Mul:
+        num, den = (1 if expr.is_Mul else 0), 1
+        for n, d in (_expanded_size(a) for a in expr.args):
+            if expr.is_Mul:
+                num = min(cap, num * n)
+            else:  # n/d + N/D = (n*D + N*d) / (d*D)
+                num = min(cap, num * d + n * den)
+            den = min(cap, den * d)
+        return num, den
     if expr.is_Pow and expr.exp.is_Integer:
-        k, n = _expanded_size(expr.base), abs(int(expr.exp))
-        return 1 if k == 1 else min(cap, math.comb(n + k - 1, k - 1))
-    # radicals, symbolic powers, factorials: one term, but the inside is expanded too
-    return max([1] + [_expanded_size(a) for a in expr.args])
-
-
-@functools.lru_cache(maxsize=1)
-def _sympy() -> Any:
-    """Import sympy on first use only, so the numeric fast path never pays for it."""
-    import sympy
-
-    return sympy
+        n, d = _expanded_size(expr.base)
+        k = abs(int(expr.exp))
+        num, den = (min(cap, math.comb(k + t - 1, t - 1)) for t in (n, d))
+        return (num, den) if expr.exp > 0 else (den, num)
+    # roots, symbolic powers, factorials: one term, but the inside is expanded too
+    inner = max((max(_expanded_size(a)) for a in expr.args), default=1)
+    return (1, 1) if inner < cap else (cap, cap)
 
 
 @functools.lru_cache(maxsize=4096)  # gold answers repeat across a whole batch
@@ -565,33 +636,51 @@ def _to_sympy(s: str) -> Any | None:
     if len(s) > MAX_ANSWER_CHARS:
         return None
     try:
-        sp = _sympy()
-        expr = _Parser(_tokenize(s), sp).parse()
-        _check_tree(sp, expr)
+        expr = _Parser(_tokenize(s)).parse()
+        _check_tree(expr)
         return expr
     except Exception:  # _Refused, RecursionError, anything sympy raises
         return None
 
 
-def _probe_values(sp: Any, symbols: list[Any], k: int) -> dict[Any, Any]:
-    """Distinct, deterministic rational points at which to evaluate both sides."""
-    return {
-        s: sp.Rational((-1) ** (j + k) * (11 + 7 * j + 13 * k), 5 + 3 * j + 2 * k)
-        for j, s in enumerate(symbols)
-    }
+# ------------------------------------------------------------------ symbolic comparison
 
 
-def _numerically_different(sp: Any, a: Any, b: Any) -> bool:
+class _Budget:
+    """Symbolic work left for one reward call, in estimated polynomial terms.
+
+    Each comparison pays a fixed charge plus the expanded size it may build, so a
+    completion with many heavy boxes cannot add up to more than one heavy comparison.
+    """
+
+    __slots__ = ("left",)
+
+    def __init__(self) -> None:
+        self.left = _MAX_EXPANDED_TERMS
+
+    def spend(self, amount: int) -> bool:
+        self.left -= amount
+        return self.left >= 0
+
+
+def _numerically_different(a: Any, b: Any) -> bool:
     """True only when 30-digit evaluation proves ``a != b`` (never proves equality).
 
-    sympy's evalf gives each value to ~30 significant digits (an exact zero comes
-    back as zero), so a relative gap above 1e-20 is a proof of difference at any
-    magnitude; anything closer is left to exact simplification.
+    Free variables take a few fixed rational values. sympy's evalf gives each value
+    to ~30 significant digits (an exact zero comes back as zero), so a relative gap
+    above 1e-20 proves a difference at any magnitude; closer calls are left to exact
+    rewriting.
     """
+    sp = _sympy()
     symbols = sorted(a.free_symbols | b.free_symbols, key=str)
     for k in range(3 if symbols else 1):
-        subs = _probe_values(sp, symbols, k)
+        subs = {
+            s: sp.Rational((-1) ** (j + k) * (11 + 7 * j + 13 * k), 5 + 3 * j + 2 * k)
+            for j, s in enumerate(symbols)
+        }
         try:
+            if not (_tame_exponents(a, subs) and _tame_exponents(b, subs)):
+                continue
             av, bv = a.evalf(30, subs=subs), b.evalf(30, subs=subs)
             scale = sp.Max(sp.Abs(av), sp.Abs(bv))
             if scale != 0 and float(sp.Abs(av - bv) / scale) > 1e-20:
@@ -601,11 +690,25 @@ def _numerically_different(sp: Any, a: Any, b: Any) -> bool:
     return False
 
 
-def _symbolically_equal(a: Any, b: Any) -> bool:
+def _tame_exponents(expr: Any, subs: dict[Any, Any]) -> bool:
+    """Whether every symbolic exponent in ``expr`` stays modest at the point ``subs``.
+
+    Evaluating ``b^e`` needs about as many extra digits as ``e`` has: a tower such as
+    ``(x-z)^{(y^{\\pi})^{4251\\pi}}`` asks for 14,000. Checking innermost powers first
+    keeps each check cheap.
+    """
+    for node in _sympy().postorder_traversal(expr):
+        if node.is_Pow and not node.exp.is_Rational:
+            if not abs(complex(node.exp.evalf(5, subs=subs))) <= _MAX_PROBE_EXPONENT:
+                return False
+    return True
+
+
+def _symbolically_equal(a: Any, b: Any, budget: _Budget) -> bool:
     """Exact equality of two guarded sympy expressions.
 
-    Only exact rewrites decide equality. ``sympy.simplify`` is deliberately not used:
-    its run time is unpredictable (and its first call imports sympy.physics).
+    ``sympy.simplify`` is deliberately not used: its run time is unpredictable (and
+    its first call imports sympy.physics).
     """
     sp = _sympy()
     if a == b:
@@ -613,26 +716,22 @@ def _symbolically_equal(a: Any, b: Any) -> bool:
     diff = a - b
     if diff == 0:
         return True
-    if _expanded_size(diff) > _MAX_EXPANDED_TERMS or _numerically_different(sp, a, b):
+    if not budget.spend(max(_expanded_size(diff))) or _root_work(diff) > _MAX_ROOT_WORK:
+        return False  # rewriting it could take seconds: refused
+    if _numerically_different(a, b):
         return False
     exact: list[Callable[[Any], Any]] = [
-        sp.expand,  # polynomials, products of radicals
+        sp.expand,  # polynomials, products of roots
         sp.cancel,  # rational functions
-        lambda d: sp.expand(sp.radsimp(d)),  # radicals in denominators (<= 4 terms)
+        lambda d: sp.expand(sp.radsimp(d)),  # roots in denominators (up to 4 terms)
     ]
-    if _count_radicals(diff) <= _MAX_DENEST_RADICALS:  # its cost grows steeply
-        exact.append(lambda d: sp.expand(sp.sqrtdenest(d)))  # nested square roots
+    roots = sum(1 for n in _nodes(diff) if n.is_Pow and n.exp.is_Rational and n.exp.q > 1)
+    if roots <= _MAX_DENEST_RADICALS:  # denesting cost grows steeply with the count
+        exact.append(lambda d: sp.expand(sp.sqrtdenest(d)))
     return any(step(diff) == 0 for step in exact)
 
 
-def _count_radicals(expr: Any) -> int:
-    return sum(
-        1 for node in _sympy().preorder_traversal(expr)
-        if node.is_Pow and node.exp.is_Rational and not node.exp.is_Integer
-    )
-
-
-# ---------------------------------------------------------------------- equivalence
+# --------------------------------------------------------------------------- equivalence
 
 _HEDGE = re.compile(r"\\(?:pm|mp|lor|vee)(?![A-Za-z])|\b(?:or|and)\b", _A)
 _OPEN = ("(", "[", "\\{")
@@ -672,10 +771,9 @@ def _split_list(s: str) -> tuple[str, list[str]] | None:
     closer = next((c for c in _CLOSE if s.endswith(c)), "")
     inner = s
     if opener and closer:
-        candidate = s[len(opener) : len(s) - len(closer)]
-        commas, balanced = _top_level_commas(candidate)
+        commas, balanced = _top_level_commas(s[len(opener) : len(s) - len(closer)])
         if balanced and commas:
-            inner = candidate
+            inner = s[len(opener) : len(s) - len(closer)]
         else:
             opener = closer = ""
     else:
@@ -688,15 +786,7 @@ def _split_list(s: str) -> tuple[str, list[str]] | None:
     return opener + closer, [_normalise(p) for p in parts]
 
 
-def _same_number(a: str, b: str) -> bool | None:
-    """Exact comparison if both sides are plain numbers, else None (undecided)."""
-    x, y = _exact_number(a), _exact_number(b)
-    if x is None or y is None:
-        return None
-    return type(x) is type(y) and x == y
-
-
-def _scalar_equal(cand: str, gold: str) -> bool:
+def _scalar_equal(cand: str, gold: str, budget: _Budget) -> bool:
     if cand == gold:
         return True
     if not cand or not gold:
@@ -704,11 +794,13 @@ def _scalar_equal(cand: str, gold: str) -> bool:
     fast = _same_number(cand, gold)
     if fast is not None:
         return fast  # both plain numbers: decided without sympy
+    if not budget.spend(_COMPARISON_CHARGE):
+        return False
     a, b = _to_sympy(cand), _to_sympy(gold)
-    return a is not None and b is not None and _symbolically_equal(a, b)
+    return a is not None and b is not None and _symbolically_equal(a, b, budget)
 
 
-def _equivalent(cand: str, gold: str) -> bool:
+def _equivalent(cand: str, gold: str, budget: _Budget) -> bool:
     """Whether two normalised, non-empty answers are the same answer."""
     if cand == gold:
         return True
@@ -717,22 +809,20 @@ def _equivalent(cand: str, gold: str) -> bool:
         if _THOUSANDS.fullmatch(cand):
             cand = cand.replace("{,}", "").replace(",", "")
         gold = gold.replace("{,}", "").replace(",", "")
-        if _exact_number(gold) is None:
-            return False
     if _HEDGE.search(cand):
         return False  # "41 or 42", "\pm 3": a list of candidates is not an answer
     c_list, g_list = _split_list(cand), _split_list(gold)
     if c_list is None or g_list is None:
-        return c_list is None and g_list is None and _scalar_equal(cand, gold)
+        return c_list is None and g_list is None and _scalar_equal(cand, gold, budget)
     (c_delims, c_items), (g_delims, g_items) = c_list, g_list
     return (
         c_delims == g_delims
         and len(c_items) == len(g_items)
-        and all(_scalar_equal(c, g) for c, g in zip(c_items, g_items))
+        and all(_scalar_equal(c, g, budget) for c, g in zip(c_items, g_items))
     )
 
 
-# ------------------------------------------------------------------------- the reward
+# ---------------------------------------------------------------------------- the reward
 
 
 def _verdict(completion: str, answer: str) -> bool:
@@ -743,18 +833,20 @@ def _verdict(completion: str, answer: str) -> bool:
         return False  # malformed, unclosed or oversized box anywhere: no clean answer
     gold = _normalise(_unwrap_nested(answer))
     final = _normalise(_unwrap_nested(boxes[-1]))  # type: ignore[arg-type]
-    if not gold or not final or not _equivalent(final, gold):
+    budget = _Budget()
+    if not gold or not final or not _equivalent(final, gold, budget):
         return False
     # Hedging guard: every other non-empty box must be the same answer. Empty boxes
-    # (an echoed "put it in \boxed{}") are ignored; repeats are checked once.
-    others: set[str] = set()
-    for raw in set(boxes[:-1]):
+    # (an echoed "put it in \boxed{}") are ignored; repeats are checked once, in
+    # order (dicts, not sets), so that the budget makes the same verdict every run.
+    others: dict[str, None] = {}
+    for raw in dict.fromkeys(boxes[:-1]):
         norm = _normalise(_unwrap_nested(raw))  # type: ignore[arg-type]
         if norm and norm != final:
-            others.add(norm)
+            others[norm] = None
             if len(others) > _MAX_DISTINCT_BOXES:
                 return False
-    return all(_equivalent(other, gold) for other in others)
+    return all(_equivalent(other, gold, budget) for other in others)
 
 
 def boxed_math(completion: str, answer: str) -> float:
@@ -762,7 +854,7 @@ def boxed_math(completion: str, answer: str) -> float:
 
     Strict by design: no box, an unclosed/empty/oversized box, two boxes with
     different answers, a list of candidates, Python syntax or a float approximation
-    all score 0. Never raises.
+    all score 0. Thread-safe and deterministic; never raises.
 
     >>> boxed_math(r"... so the answer is $\\boxed{\\dfrac{1}{2}}$.", "0.5")
     1.0
