@@ -8,11 +8,13 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any, Callable
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import rlvr.verifiers.math as verifier_math
 from rlvr.verifiers.math import boxed_math, extract_last_boxed
 
 MODULE_PATH = Path(__file__).resolve().parents[1] / "rlvr" / "verifiers" / "math.py"
@@ -296,6 +298,43 @@ def test_non_string_inputs_score_zero(completion: object, answer: object) -> Non
     assert boxed_math(completion, answer) == 0.0  # type: ignore[arg-type]
 
 
+# ----------------------------------------------------------- never evaluates the text
+
+SYMBOLIC = [(c, a) for c, a in CORRECT if "sqrt" in c or "x" in c or "pi" in c]
+
+
+def test_answers_are_never_evaluated_as_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    import builtins
+
+    import sympy.parsing.sympy_parser as sympy_parser
+
+    seen: list[str] = []
+    real_eval, real_exec = builtins.eval, builtins.exec
+
+    def spy(real: Callable[..., Any]) -> Callable[..., Any]:
+        # sympy's polys exec code templates of their own: record, then run them
+        def wrapped(source: Any, *args: Any, **kwargs: Any) -> Any:
+            seen.append(source if isinstance(source, str) else repr(source))
+            return real(source, *args, **kwargs)
+
+        return wrapped
+
+    def no_parse_expr(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("sympify/parse_expr of a string was called")
+
+    monkeypatch.setattr(builtins, "eval", spy(real_eval))
+    monkeypatch.setattr(builtins, "exec", spy(real_exec))
+    monkeypatch.setattr(sympy_parser, "parse_expr", no_parse_expr)
+    verifier_math._to_sympy.cache_clear()
+    for completion, answer in SYMBOLIC:
+        assert boxed_math(completion, answer) == 1.0
+    marker = "__import__('os').getpid()"
+    assert boxed_math(box(marker), "0") == 0.0
+    assert boxed_math(box("1"), marker) == 0.0
+    texts = [extract_last_boxed(c) or "" for c, _ in SYMBOLIC] + [marker]
+    assert not [s for s in seen for t in texts if len(t) > 3 and t in s]
+
+
 # -------------------------------------------------------------- pathological inputs
 
 HUGE = "1" * 100_000
@@ -333,7 +372,8 @@ PATHOLOGICAL = [
     (r"\boxed{" + "-" * 490 + "1}", "1", 1.0),
     (r"\boxed{" + "x" * 490 + "}", "x" * 489 + "y", 0.0),
     (r"\boxed{" + "+".join(["(x+1)^{9}"] * 50) + "}", "50(x+1)^9", 1.0),
-    (r"\boxed{(\sqrt{2}+\sqrt{3})^{30}(\sqrt{3}-\sqrt{2})^{30}}", "1", 1.0),
+    (r"\boxed{(\sqrt{2}+\sqrt{3})^{20}(\sqrt{3}-\sqrt{2})^{20}}", "1", 1.0),
+    (r"\boxed{(\sqrt{2}+\sqrt{3})^{40}(\sqrt{3}-\sqrt{2})^{40}}", "1", 0.0),  # too big to expand
     (r"\boxed{1}" * 50_000, "1", 1.0),
     ("".join(f"\\boxed{{{i}}}" for i in range(20_000)), "19999", 0.0),
     (r"\boxed{" * 10_000, "5", 0.0),
@@ -341,9 +381,56 @@ PATHOLOGICAL = [
     ("x" * 1_000_000 + r"\boxed{5}", "5", 1.0),
 ]
 
+# Inputs that once took seconds to minutes inside sympy (found by fuzzing), each with
+# the verdict the bounds give now. 0.0 where the right verdict is 1 means "refused".
+R4 = r"\sqrt{5+2\sqrt{6}}+\sqrt{7+4\sqrt{3}}+\sqrt{9+4\sqrt{5}}+\sqrt{11+2\sqrt{30}}"
+TOWER = r"(\frac{1}{2})^{(\frac{3154+x}{2})^{14}}"
+HEAVY = r"(\sqrt[3]{2}x+\sqrt[5]{3}y+\sqrt[7]{5}z)^{12}"
+SYMPY_TRAPS = [
+    # merged roots of big radicands are factored
+    ("".join(rf"\sqrt{{10^{{290}}+{i}}}" for i in range(1, 16)), "1", 0.0),
+    # 1/r^{1/q} is rationalised by factoring r^{q-1}
+    (r"(\sqrt[7]{\sqrt[17]{\sqrt[35]{191066056}}})^{-81}", r"\pi", 0.0),
+    (r"\frac{z}{\sqrt[331]{984017284} z}", "x", 0.0),
+    (r"\frac{1}{\sqrt{191066056}\sqrt[3]{191066056}\sqrt[5]{191066056}}", "1", 0.0),
+    # integer powers distribute over products: (85!)^{86 * 95 * 31}
+    (r"\frac{\sqrt[8]{x} y}{(((\frac{85!}{z})^{86})^{95})^{31}}", "1", 0.0),
+    # a symbolic power of a 2,000-digit number asks whether it is prime
+    (r"x-((68123236063865213594779111169)^{76})^{x}+\pi", "x", 0.0),
+    # deciding (b^k)^e = b^{ke} expands (re b + i im b)^k
+    (r"\sqrt{(\frac{1}{2}-y^{80})^{2}}", r"\sqrt{(\frac{1}{2}-y^{80})^{2}}+0", 0.0),
+    (r"\sqrt{((z-(\sqrt[36]{x})^{53})^{-86})^{z}}", "1", 0.0),
+    # common denominators of big fractions
+    (
+        r"y-((\frac{y}{z})^{\sqrt{y}}-y)^{-61}-((\frac{z}{y})^{\sqrt{z}}-z)^{-61}"
+        r"-((\frac{x}{y})^{\sqrt{x}}-x)^{-61}",
+        "y",
+        0.0,
+    ),
+    # evaluating a tower needs as many digits as its exponent has
+    ("x^{30}", r"(x-z)^{(y^{\pi})^{4251\pi}}", 0.0),
+    # expand() splits 2^{(x+3154)^{14}} into powers with 49-digit exponents
+    (TOWER, rf"\frac{{2{TOWER}}}{{2}}", 0.0),
+    # denesting many nested roots
+    (rf"\sqrt{{{R4}}}", r"\sqrt{\sqrt{2}+2\sqrt{3}+4+2\sqrt{5}+\sqrt{6}}", 0.0),
+    # within bounds: slow-ish but proven
+    (rf"\frac{{{HEAVY}(x^3-y^3)}}{{x-y}}", rf"{HEAVY}(x^2+xy+y^2)", 1.0),
+    # sixteen heavy boxes do not add up: the per-call budget runs out
+    ("".join(rf"\boxed{{\frac{{{HEAVY}(x^3-y^3)}}{{x-y}}+{i}-{i}}}" for i in range(16)),
+     rf"{HEAVY}(x^2+xy+y^2)", 0.0),
+]
 
-@pytest.mark.parametrize(("completion", "answer", "expected"), PATHOLOGICAL)
+
+def boxed_unless_boxed(completion: str) -> str:
+    return completion if "\\boxed" in completion else f"\\boxed{{{completion}}}"
+
+
+@pytest.mark.parametrize(
+    ("completion", "answer", "expected"),
+    PATHOLOGICAL + [(boxed_unless_boxed(c), a, e) for c, a, e in SYMPY_TRAPS],
+)
 def test_pathological_inputs_finish_fast(completion: str, answer: str, expected: float) -> None:
+    verifier_math._to_sympy.cache_clear()  # time the cold path, not a cached parse
     start = time.perf_counter()
     verdict = boxed_math(completion, answer)
     elapsed = time.perf_counter() - start
@@ -378,10 +465,11 @@ import importlib.util, sys
 spec = importlib.util.spec_from_file_location("verifier_math", {str(MODULE_PATH)!r})
 module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
-cases = [("\\\\boxed{{42}}", "42"), ("\\\\boxed{{41}}", "42"), ("\\\\boxed{{0.5}}", "\\\\frac{{1}}{{2}}"),
-         ("\\\\boxed{{1/2}}", "0.5"), ("\\\\boxed{{1,000}}", "1000"), ("\\\\boxed{{-3}}", "-3.0")]
+cases = [("\\\\boxed{{42}}", "42"), ("\\\\boxed{{41}}", "42"), ("\\\\boxed{{1,000}}", "1000"),
+         ("\\\\boxed{{0.5}}", "\\\\frac{{1}}{{2}}"), ("\\\\boxed{{1/2}}", "0.5"),
+         ("\\\\boxed{{-3}}", "-3.0")]
 verdicts = [module.boxed_math(c, a) for c, a in cases]
-assert verdicts == [1.0, 0.0, 1.0, 1.0, 1.0, 1.0], verdicts
+assert verdicts == [1.0, 0.0, 1.0, 1.0, 1.0, 1.0], verdicts  # no sympy needed
 assert "sympy" not in sys.modules, "fast path imported sympy"
 """
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
@@ -408,7 +496,11 @@ ALL_CASES = (
 
 def test_same_verdicts_from_a_thread() -> None:
     results: list[float] = []
-    worker = threading.Thread(target=lambda: results.extend(boxed_math(c, a) for c, a, _ in ALL_CASES))
+
+    def run_all() -> None:
+        results.extend(boxed_math(c, a) for c, a, _ in ALL_CASES)
+
+    worker = threading.Thread(target=run_all)
     worker.start()
     worker.join(timeout=60)
     assert not worker.is_alive()
