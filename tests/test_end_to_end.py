@@ -63,7 +63,7 @@ def test_pipeline_writes_the_whole_run_directory(tmp_path):
         assert (out / name).is_file(), name
     assert (out / "model" / "config.json").is_file()
     assert set(summary["eval"]) == {"after_sft", "after_rl"}
-    assert set(summary["eval"]["after_rl"]["by_level"]) == {"1", "2", "3"}
+    assert set(summary["eval"]["after_rl"]["by_level"]) == {str(n) for n in range(cfg.task.min_ops, cfg.task.max_ops + 1)}
     assert summary["eval"]["after_sft"]["num_problems"] == 30
     assert len(read_jsonl_records(out / "metrics.jsonl")) == 2
     # the saved config reproduces the run's settings
