@@ -188,9 +188,9 @@ def batches(draw):
     B = draw(st.integers(1, 5))
     T = draw(st.integers(1, 6))
     lengths = draw(st.lists(st.integers(1, T), min_size=B, max_size=B))
-    floats = st.floats(-2.0, 2.0, allow_nan=False, width=32)
+    floats = st.floats(-2.0, 2.0, allow_nan=False, allow_subnormal=False, width=32)
     logp = torch.tensor(draw(st.lists(st.lists(floats, min_size=T, max_size=T), min_size=B, max_size=B))) - 3.0
-    old = logp + torch.tensor(draw(st.lists(st.lists(st.floats(-0.5, 0.5, width=32), min_size=T, max_size=T), min_size=B, max_size=B)))
+    old = logp + torch.tensor(draw(st.lists(st.lists(st.floats(-0.5, 0.5, allow_subnormal=False, width=32), min_size=T, max_size=T), min_size=B, max_size=B)))
     adv = torch.tensor(draw(st.lists(floats, min_size=B, max_size=B)))
     mask = (torch.arange(T).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)).long()
     aggregation = draw(st.sampled_from(["token_mean", "seq_mean_token_mean", "constant"]))
