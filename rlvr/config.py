@@ -121,7 +121,7 @@ class DataConfig:
 
 @dataclass
 class SFTConfig:
-    steps: int = knob(2500, "Cold-start SFT optimizer steps; 0 skips SFT.")
+    steps: int = knob(3000, "Cold-start SFT optimizer steps; 0 skips SFT.")
     batch_size: int = knob(64, "Sequences per SFT step.")
     lr: float = knob(2e-3, "Peak SFT learning rate (AdamW, linear warmup then cosine decay).")
     warmup_steps: int = knob(50, "SFT warmup steps.")
@@ -180,7 +180,7 @@ class AlgoConfig:
 
 @dataclass
 class TrainConfig:
-    steps: int = knob(200, "RL steps (each: rollout, verify, advantages, num_iterations updates).")
+    steps: int = knob(250, "RL steps (each: rollout, verify, advantages, num_iterations updates).")
     lr: float = knob(2e-4, "RL learning rate (AdamW, constant after warmup).")
     warmup_steps: int = knob(10, "RL learning-rate warmup steps.")
     weight_decay: float = knob(0.0, "RL AdamW weight decay.")
