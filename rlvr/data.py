@@ -32,6 +32,11 @@ class Example:
     info: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
 
+def boxed(answer: str) -> str:
+    """The bare final-answer form every verifier and SFT target shares: \\boxed{answer}."""
+    return "\\boxed{" + answer + "}"
+
+
 def format_prompt(tokenizer: PreTrainedTokenizerBase, prompt: str, cfg: DataConfig) -> str:
     """The exact text the model is conditioned on: the chat template when the tokenizer has one."""
     if cfg.use_chat_template and getattr(tokenizer, "chat_template", None):

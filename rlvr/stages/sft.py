@@ -16,14 +16,10 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from rlvr.algorithms import aggregate
 from rlvr.config import DataConfig, SFTConfig
-from rlvr.data import Example, format_prompt
+from rlvr.data import Example, boxed, format_prompt
 from rlvr.metrics import PhaseBar
 from rlvr.rollout import encode_prompts
 from rlvr.update import completion_logprobs
-
-
-def bare_target(example: Example) -> str:
-    return "\\boxed{" + example.answer + "}"
 
 
 def encode_targets(tokenizer: PreTrainedTokenizerBase, targets: list[str]) -> list[list[int]]:
@@ -96,7 +92,7 @@ def sft_train(
     for _ in range(cfg.steps):
         rows = [rng.randrange(len(examples)) for _ in range(cfg.batch_size)]
         targets = [
-            examples[i].solution if examples[i].solution and rng.random() < cfg.worked_fraction else bare_target(examples[i])
+            examples[i].solution if examples[i].solution and rng.random() < cfg.worked_fraction else boxed(examples[i].answer)
             for i in rows
         ]
         optimizer.zero_grad(set_to_none=True)

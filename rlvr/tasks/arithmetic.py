@@ -17,7 +17,7 @@ from __future__ import annotations
 import random
 
 from rlvr.config import TaskConfig
-from rlvr.data import Example
+from rlvr.data import Example, boxed
 
 Tokens = list  # alternating [int, op, int, op, int, ...]
 
@@ -57,14 +57,10 @@ def make_example(tokens: Tokens, template: str) -> Example:
     return Example(
         prompt=template.format(expr=render(tokens)),
         answer=answer,
-        solution="=".join(steps) + "\n" + bare_solution(answer),
+        solution="=".join(steps) + "\n" + boxed(answer),
         level=len(tokens) // 2,
         info={"expr": render(tokens)},
     )
-
-
-def bare_solution(answer: str) -> str:
-    return "\\boxed{" + answer + "}"
 
 
 def pool_size(num_ops: int, max_operand: int, num_operators: int) -> int:
