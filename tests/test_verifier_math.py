@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import rlvr.verifiers.math as verifier_math
 from rlvr.verifiers.math import boxed_math, extract_last_boxed
 
-MODULE_PATH = Path(__file__).resolve().parents[1] / "rlvr" / "verifiers" / "math.py"
+REPO = Path(__file__).resolve().parents[1]
 
 
 def box(content: str, before: str = "Reasoning... so the answer is ", after: str = ".") -> str:
@@ -458,21 +458,18 @@ def test_huge_numbers_compare_by_canonical_digits() -> None:
 
 
 def test_fast_path_does_not_import_sympy() -> None:
-    # Load the module file on its own in a fresh interpreter, so that nothing else in
-    # the package (which may import sympy legitimately) muddies the check.
-    script = f"""
-import importlib.util, sys
-spec = importlib.util.spec_from_file_location("verifier_math", {str(MODULE_PATH)!r})
-module = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(module)
-cases = [("\\\\boxed{{42}}", "42"), ("\\\\boxed{{41}}", "42"), ("\\\\boxed{{1,000}}", "1000"),
-         ("\\\\boxed{{0.5}}", "\\\\frac{{1}}{{2}}"), ("\\\\boxed{{1/2}}", "0.5"),
-         ("\\\\boxed{{-3}}", "-3.0")]
-verdicts = [module.boxed_math(c, a) for c, a in cases]
+    # A fresh interpreter, so that nothing imported by other tests muddies the check.
+    script = """
+import sys
+from rlvr.verifiers.math import boxed_math
+cases = [("\\\\boxed{42}", "42"), ("\\\\boxed{41}", "42"), ("\\\\boxed{1,000}", "1000"),
+         ("\\\\boxed{0.5}", "\\\\frac{1}{2}"), ("\\\\boxed{1/2}", "0.5"),
+         ("\\\\boxed{-3}", "-3.0")]
+verdicts = [boxed_math(c, a) for c, a in cases]
 assert verdicts == [1.0, 0.0, 1.0, 1.0, 1.0, 1.0], verdicts  # no sympy needed
 assert "sympy" not in sys.modules, "fast path imported sympy"
 """
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO)
     assert result.returncode == 0, result.stderr
 
 
@@ -511,6 +508,43 @@ def test_same_verdicts_from_a_thread_pool() -> None:
     with ThreadPoolExecutor(max_workers=8) as pool:
         results = list(pool.map(lambda case: boxed_math(case[0], case[1]), ALL_CASES))
     assert results == [e for _, _, e in ALL_CASES]
+
+
+def _score_cases(cases: list[tuple[str, str, float]]) -> list[float]:
+    return [boxed_math(c, a) for c, a, _ in cases]
+
+
+def test_same_verdicts_from_a_worker_process() -> None:
+    # A spawned worker is what Ray or a process pool gives: no main-thread signal
+    # handlers inherited, a fresh import of the verifier. Verdicts must not change.
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        results = pool.submit(_score_cases, ALL_CASES).result(timeout=120)
+    assert results == [e for _, _, e in ALL_CASES]
+
+
+def test_pathological_inputs_finish_fast_in_a_thread() -> None:
+    # The time bounds are size bounds, not signals, so they hold off the main thread.
+    cases = PATHOLOGICAL + [(boxed_unless_boxed(c), a, e) for c, a, e in SYMPY_TRAPS]
+    slow: list[tuple[int, float]] = []
+    verdicts: list[float] = []
+
+    def run_all() -> None:
+        for i, (completion, answer, _) in enumerate(cases):
+            verifier_math._to_sympy.cache_clear()
+            start = time.perf_counter()
+            verdicts.append(boxed_math(completion, answer))
+            if (elapsed := time.perf_counter() - start) >= 1.0:
+                slow.append((i, elapsed))
+
+    worker = threading.Thread(target=run_all)
+    worker.start()
+    worker.join(timeout=120)
+    assert not worker.is_alive()
+    assert not slow
+    assert verdicts == [e for _, _, e in cases]
 
 
 # ------------------------------------------------------------------------- property

@@ -1,0 +1,99 @@
+"""Strict, fast reward for math answers written in ``\\boxed{...}``.
+
+The package reads in the order of a verdict: ``extract`` (the last box),
+``normalise`` (canonical spelling, exact numbers), ``parse`` + ``guards`` (a LaTeX
+subset into size-bounded sympy), ``equal`` (equivalence); this file holds the reward.
+
+A lenient verifier gets gamed by the policy (hedging, listing candidates, dumping a
+float approximation), so every rule here errs towards 0. Public entry points:
+
+* :func:`boxed_math` -- the reward, 1.0 or 0.0;
+* :func:`extract_last_boxed` -- the answer a completion commits to.
+
+Answers are compared in three tiers, cheapest first:
+
+1. equal strings after :func:`_normalise` (applied to both sides);
+2. exact numbers (integers, decimals, ``a/b``, ``\\frac{a}{b}``) with regexes and
+   :class:`fractions.Fraction`; sympy is not even imported on this path;
+3. symbolic equality: our own parser for a LaTeX subset (no ``eval``, no
+   ``sympify``) builds sympy expressions under size guards; only exact rewrites
+   (expand, cancel, radsimp, sqrtdenest) can prove equality, evaluation at 30 digits
+   can only prove a difference. There is no float tolerance anywhere.
+
+Time bounds. There is no timeout (signals work only in the main thread); the inputs
+are bounded instead, and anything past a bound is refused, which scores 0:
+
+* box content at most ``MAX_ANSWER_CHARS`` (500) characters; the symbolic tier also
+  refuses longer gold answers; ``_MAX_NODES`` atoms, ``_MAX_DEPTH`` nesting levels;
+* literals of at most ``_MAX_LITERAL_DIGITS`` digits, no number built past
+  ``_MAX_RESULT_DIGITS`` (``9^{9^{9^9}}`` and ``(10^{10})!`` are refused, not
+  computed), factorials of at most ``_MAX_FACTORIAL``;
+* powers of non-numbers at most ``_MAX_SYMBOLIC_EXPONENT``, and at most
+  ``_MAX_EXPONENT_UNDER_ROOT`` inside a root or a symbolic power; no towers of
+  non-integer powers; symbolic exponents of at most ``_MAX_EXPONENT_TERMS`` terms
+  and with small numbers once expanded;
+* roots: index at most ``_MAX_ROOT_INDEX``, radicand digits times the lcm of its
+  root indices at most ``_MAX_ROOT_WORK``, all radicands of one expression together
+  at most ``_MAX_RADICAND_DIGITS`` digits;
+* per reward call, a budget of ``_MAX_EXPANDED_TERMS`` estimated polynomial terms
+  (each symbolic comparison also costs ``_COMPARISON_CHARGE``); no
+  ``sympy.simplify``; denesting only with at most ``_MAX_DENEST_RADICALS`` roots;
+  numeric probes skip points where a symbolic exponent exceeds ``_MAX_PROBE_EXPONENT``.
+
+Fuzzing inside these bounds found no input slower than about half a second.
+"""
+
+from __future__ import annotations
+
+from rlvr.verifiers.math.equal import _Budget, _equivalent
+from rlvr.verifiers.math.extract import MAX_ANSWER_CHARS, _boxes, _unwrap_nested, extract_last_boxed
+from rlvr.verifiers.math.normalise import _normalise
+from rlvr.verifiers.math.parse import _to_sympy  # noqa: F401  (tests clear its cache)
+
+__all__ = ["MAX_ANSWER_CHARS", "boxed_math", "extract_last_boxed"]
+
+_MAX_DISTINCT_BOXES = 16  # more distinct boxed answers than this is a hedge, not a proof
+
+# ---------------------------------------------------------------------------- the reward
+
+
+def _verdict(completion: str, answer: str) -> bool:
+    if not isinstance(completion, str) or not isinstance(answer, str):
+        return False
+    boxes = _boxes(completion)
+    if not boxes or any(b is None or len(b) > MAX_ANSWER_CHARS for b in boxes):
+        return False  # malformed, unclosed or oversized box anywhere: no clean answer
+    gold = _normalise(_unwrap_nested(answer))
+    final = _normalise(_unwrap_nested(boxes[-1]))  # type: ignore[arg-type]
+    budget = _Budget()
+    if not gold or not final or not _equivalent(final, gold, budget):
+        return False
+    # Hedging guard: every other non-empty box must be the same answer. Empty boxes
+    # (an echoed "put it in \boxed{}") are ignored; repeats are checked once, in
+    # order (dicts, not sets), so that the budget makes the same verdict every run.
+    others: dict[str, None] = {}
+    for raw in dict.fromkeys(boxes[:-1]):
+        norm = _normalise(_unwrap_nested(raw))  # type: ignore[arg-type]
+        if norm and norm != final:
+            others[norm] = None
+            if len(others) > _MAX_DISTINCT_BOXES:
+                return False
+    return all(_equivalent(other, gold, budget) for other in others)
+
+
+def boxed_math(completion: str, answer: str) -> float:
+    """Reward 1.0 if the last box in ``completion`` equals ``answer`` exactly, else 0.0.
+
+    Strict by design: no box, an unclosed/empty/oversized box, two boxes with
+    different answers, a list of candidates, Python syntax or a float approximation
+    all score 0. Thread-safe and deterministic; never raises.
+
+    >>> boxed_math(r"... so the answer is $\\boxed{\\dfrac{1}{2}}$.", "0.5")
+    1.0
+    >>> boxed_math(r"It is \\boxed{41} or maybe \\boxed{42}.", "42")
+    0.0
+    """
+    try:
+        return 1.0 if _verdict(completion, answer) else 0.0
+    except Exception:  # the reward must never take down a training step
+        return 0.0
