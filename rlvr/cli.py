@@ -37,11 +37,16 @@ def _run(cfg: Config, command: str, quiet: bool) -> None:
     from rlvr.metrics import Reporter
     from rlvr.pipeline import run
 
+    from rlvr.reward import RewardError
+
     try:
         run(cfg, Reporter(console, enabled=not quiet), command)
     except (ConfigError, DataError) as err:
         console.print(f"[red]error:[/] {err}")
         raise typer.Exit(2) from None
+    except RewardError as err:
+        console.print(f"[red]stopped:[/] {err}")
+        raise typer.Exit(1) from None
 
 
 @app.command()

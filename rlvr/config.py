@@ -13,6 +13,7 @@ rejected at load time with the dotted name of the field, before anything expensi
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import os
 import sys
@@ -156,11 +157,20 @@ class RolloutConfig:
 
 @dataclass
 class AlgoConfig:
+    preset: str = knob(
+        "",
+        "Named algorithm preset (grpo, rloo, dr_grpo, dapo, gspo; files in rlvr/presets/) or a path to your own "
+        "preset TOML. It is applied first; every other setting you give refines it.",
+    )
     estimator: Literal["grpo", "dr_grpo", "rloo"] = knob("grpo", "Advantage estimator: group z-score, mean-centred, or leave-one-out.")
     std_scale: Literal["group", "batch", "none"] = knob("group", "Divide centred rewards by the group std, the batch std, or nothing.")
     adv_eps: float = knob(1e-4, "eps in (r - mean) / (std + eps).")
+    ratio_level: Literal["token", "sequence"] = knob(
+        "token", "Importance ratio per token (PPO/GRPO) or one per completion, exp(mean token log-ratio) (GSPO)."
+    )
     clip_low: float = knob(0.2, "Lower clip: ratio >= 1 - clip_low.")
     clip_high: float = knob(0.2, "Upper clip: ratio <= 1 + clip_high (DAPO clip-higher raises it).")
+    dual_clip: float = knob(0.0, "Dual-clip bound c > 1: the loss of a negative-advantage token is capped at -c * A (0 = off; verl uses 3).")
     aggregation: Literal["token_mean", "seq_mean_token_mean", "constant"] = knob(
         "token_mean",
         "Loss aggregation: token_mean (every token weighs the same; DAPO), seq_mean_token_mean (mean of per-sequence "
@@ -168,14 +178,25 @@ class AlgoConfig:
     )
     beta: float = knob(0.0, "KL weight to the frozen reference model; 0 builds no reference model.")
     kl_estimator: Literal["k1", "k2", "k3"] = knob("k3", "Per-token KL estimator (Schulman's k1/k2/k3).")
+    kl_in: Literal["loss", "reward"] = knob(
+        "loss", "Where the KL goes: a per-token term in the loss (GRPO), or beta * summed KL subtracted from each reward (RLOO, PPO-RLHF)."
+    )
+    entropy_coef: float = knob(0.0, "Entropy bonus: subtract entropy_coef * per-token policy entropy from the loss (0 = off).")
     num_iterations: int = knob(1, "mu: optimisation passes over each rollout batch.")
+    dynamic_sampling: bool = knob(
+        False, "DAPO dynamic sampling: drop groups whose rewards are all equal (zero gradient) and sample more prompts to fill the batch."
+    )
+    max_sampling_rounds: int = knob(4, "Dynamic sampling: most generation rounds per step; a batch still short after them trains on what it has.")
+    mask_truncated: bool = knob(False, "Leave completions cut at max_new_tokens out of the loss (DAPO's overlong filtering).")
 
     def validate(self) -> None:
         _require(self.adv_eps > 0, "algo.adv_eps", "must be > 0")
         _require(0.0 <= self.clip_low < 1.0, "algo.clip_low", "must be in [0, 1)")
         _require(self.clip_high >= 0.0, "algo.clip_high", "must be >= 0")
+        _require(self.dual_clip == 0.0 or self.dual_clip > 1.0, "algo.dual_clip", "must be 0 (off) or > 1")
         _require(self.beta >= 0.0, "algo.beta", "must be >= 0")
         _require(self.num_iterations >= 1, "algo.num_iterations", "must be >= 1")
+        _require(self.max_sampling_rounds >= 1, "algo.max_sampling_rounds", "must be >= 1")
 
 
 @dataclass
@@ -211,12 +232,36 @@ class EvalConfig:
 
 @dataclass
 class RewardConfig:
-    verifier: str = knob("boxed_math", "Registered verifier scoring each completion against the gold answer.")
+    functions: list[str] = knob(
+        ["boxed_math"],
+        "Reward terms: registered verifier names (rlvr.verifiers.VERIFIERS, e.g. boxed_math) or 'module:function' import paths "
+        "of TRL-style functions f(prompts, completions, **columns) -> list[float | None]. The first is the correctness "
+        "verifier that held-out accuracy uses.",
+    )
+    weights: list[float] = knob([], "One weight per reward function (empty = all 1.0); the reward is the weighted sum.")
+    overlong_buffer_frac: float = knob(
+        0.0, "DAPO soft overlong punishment over the last frac * max_new_tokens tokens (L_cache / L_max), as its own reward term; 0 = off."
+    )
+    overlong_penalty: float = knob(1.0, "Penalty at max_new_tokens for the overlong term (DAPO: 1.0).")
+    max_missing_frac: float = knob(
+        0.5, "Stop the run when more than this share of a step's rewards are missing (None, NaN, error, timeout): a broken reward, not noise."
+    )
 
     def validate(self) -> None:
         from rlvr.verifiers import VERIFIERS
 
-        _require(self.verifier in VERIFIERS, "reward.verifier", f"must be one of {sorted(VERIFIERS)}")
+        _require(bool(self.functions), "reward.functions", "needs at least one reward function")
+        for i, name in enumerate(self.functions):
+            ok = name in VERIFIERS or (name.count(":") == 1 and all(part.strip() for part in name.split(":")))
+            _require(ok, f"reward.functions[{i}]", f"{name!r} is neither a registered verifier {sorted(VERIFIERS)} nor 'module:function'")
+        _require(
+            not self.weights or len(self.weights) == len(self.functions),
+            "reward.weights",
+            f"has {len(self.weights)} entries for {len(self.functions)} reward functions (give one per function, or none)",
+        )
+        _require(0.0 <= self.overlong_buffer_frac <= 1.0, "reward.overlong_buffer_frac", "must be in [0, 1]")
+        _require(self.overlong_penalty >= 0.0, "reward.overlong_penalty", "must be >= 0")
+        _require(0.0 <= self.max_missing_frac <= 1.0, "reward.max_missing_frac", "must be in [0, 1]")
 
 
 @dataclass
@@ -235,6 +280,12 @@ class Config:
     def validate(self) -> "Config":
         for f in dataclasses.fields(self):
             getattr(self, f.name).validate()
+        if self.reward.overlong_buffer_frac > 0:
+            _require(
+                round(self.reward.overlong_buffer_frac * self.rollout.max_new_tokens) >= 1,
+                "reward.overlong_buffer_frac",
+                f"covers no token of rollout.max_new_tokens = {self.rollout.max_new_tokens}",
+            )
         return self
 
 
@@ -249,6 +300,13 @@ def _require(ok: bool, name: str, why: str) -> None:
 def _coerce(value: Any, annotation: Any, name: str) -> Any:
     """Check one TOML value against a field's annotation; ints widen to floats, nothing else."""
     origin = typing.get_origin(annotation)
+    if origin is list:
+        if isinstance(value, str) and typing.get_args(annotation) == (str,):
+            value = [value]  # `reward.functions=boxed_math` on the command line means a list of one
+        if not isinstance(value, list):
+            raise ConfigError(f"{name}: expected a list, got {value!r}")
+        (item,) = typing.get_args(annotation)
+        return [_coerce(v, item, f"{name}[{i}]") for i, v in enumerate(value)]
     if origin is Literal:
         choices = typing.get_args(annotation)
         if value not in choices:
@@ -280,7 +338,7 @@ def _apply(obj: Any, table: dict[str, Any], prefix: str) -> None:
     for key, value in table.items():
         name = f"{prefix}{key}"
         if key not in names:
-            raise ConfigError(f"{name}: unknown key (known: {', '.join(sorted(names))})")
+            raise ConfigError(f"{name}: unknown key{_suggest(key, names, prefix)}")
         current = getattr(obj, key)
         if dataclasses.is_dataclass(current):
             if not isinstance(value, dict):
@@ -288,6 +346,19 @@ def _apply(obj: Any, table: dict[str, Any], prefix: str) -> None:
             _apply(current, value, f"{name}.")
         else:
             setattr(obj, key, _coerce(value, hints[key], name))
+
+
+RENAMED = {"reward.verifier": "reward.functions (a list: [\"boxed_math\"])"}
+
+
+def _suggest(key: str, names: set[str], prefix: str) -> str:
+    """' (did you mean X?)' for a typo, the new name for a renamed key, else the known keys."""
+    if f"{prefix}{key}" in RENAMED:
+        return f"; it is now {RENAMED[prefix + key]}"
+    close = difflib.get_close_matches(key, sorted(names), n=1, cutoff=0.6)
+    if close:
+        return f" (did you mean {prefix}{close[0]}?)"
+    return f" (known: {', '.join(sorted(names))})"
 
 
 def _parse_override(text: str) -> tuple[list[str], Any]:
@@ -317,29 +388,69 @@ def _annotation_at(cfg: Config, keys: list[str]) -> Any:
     return typing.get_type_hints(type(obj)).get(keys[-1])
 
 
+PRESET_DIR = Path(__file__).parent / "presets"
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in PRESET_DIR.glob("*.toml"))
+
+
+def _read_toml(path: str | os.PathLike, what: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: {what} not found") from None
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{path}: invalid TOML: {err}") from None
+
+
+def _preset_table(preset: str) -> dict[str, Any]:
+    """The settings of a named preset (rlvr/presets/NAME.toml) or of a preset file given by path."""
+    path = PRESET_DIR / f"{preset}.toml"
+    if not path.exists():
+        if not preset.endswith(".toml"):
+            raise ConfigError(f"algo.preset: unknown preset {preset!r} (named presets: {', '.join(preset_names())}; or a path to a .toml file)")
+        path = Path(preset)
+    table = _read_toml(path, "preset file")
+    if "preset" in table.get("algo", {}):
+        raise ConfigError(f"{path}: a preset cannot name another preset (algo.preset)")
+    return table
+
+
 def load_config(path: str | os.PathLike | None = None, overrides: list[str] | None = None) -> Config:
-    """Defaults <- TOML file <- dotted overrides, then validate. Raises ConfigError naming the field."""
-    cfg = Config()
+    """Defaults <- preset <- TOML file <- dotted overrides, then validate.
+
+    A preset (`algo.preset`, in the file or on the command line; the last one given wins) is
+    applied under everything else, so any setting, before or after it, refines it.
+    Raises ConfigError naming the field.
+    """
+    layers: list[tuple[str, dict[str, Any]]] = []  # (where it came from, nested table)
     if path is not None:
-        try:
-            with open(path, "rb") as fh:
-                table = tomllib.load(fh)
-        except FileNotFoundError:
-            raise ConfigError(f"{path}: config file not found") from None
-        except tomllib.TOMLDecodeError as err:
-            raise ConfigError(f"{path}: invalid TOML: {err}") from None
-        try:
-            _apply(cfg, table, "")
-        except ConfigError as err:
-            raise ConfigError(f"{path}: {err}") from None
+        layers.append((f"{path}: ", _read_toml(path, "config file")))
+    probe = Config()
     for text in overrides or []:
         keys, value = _parse_override(text)
-        if _annotation_at(cfg, keys) is str and not isinstance(value, str):
+        if _annotation_at(probe, keys) is str and not isinstance(value, str):
             value = text.split("=", 1)[1].strip()  # `run.output_dir=2024-01-01` is a path, not a date
         nested: dict[str, Any] = {keys[-1]: value}
         for part in reversed(keys[:-1]):
             nested = {part: nested}
-        _apply(cfg, nested, "")
+        layers.append(("", nested))
+
+    cfg = Config()
+    presets = [t["algo"]["preset"] for _, t in layers if isinstance(t.get("algo"), dict) and "preset" in t["algo"]]
+    if presets and isinstance(presets[-1], str) and presets[-1]:
+        table = _preset_table(presets[-1])
+        try:
+            _apply(cfg, table, "")
+        except ConfigError as err:
+            raise ConfigError(f"preset {presets[-1]!r}: {err}") from None
+    for where, table in layers:
+        try:
+            _apply(cfg, table, "")
+        except ConfigError as err:
+            raise ConfigError(f"{where}{err}") from None
     return cfg.validate()
 
 
@@ -347,6 +458,8 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | No
 
 
 def _toml_value(value: Any) -> str:
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):

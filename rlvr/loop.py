@@ -1,11 +1,13 @@
-"""The RL loop: per step, rollout -> verify -> advantages -> update, then log.
+"""The RL loop: per step, rollout -> verify -> (filter) -> advantages -> update, then log.
 
     for step in range(train.steps):
         prompts   = next prompts_per_step problems, each repeated G times
-        rollouts  = generate(policy, prompts)                       (1) rollout.py
-        rewards   = verifier(completion, gold) for each completion  (2) verifiers/
-        adv       = compute_advantages(rewards, G, ...)             (3) algorithms/advantage.py
-        metrics   = rl_update(policy, rollouts, adv, ...)           (4, 5) algorithms/loss.py, update.py
+        rollouts  = generate(policy, prompts)                          (1) rollout.py
+        rewards   = weighted reward terms per completion               (2) reward.py, verifiers/
+        (dynamic sampling: drop all-equal groups, sample again until the batch is full)
+        (KL in reward: rewards -= beta * KL(completion))
+        adv       = compute_advantages(rewards, G, ...)                (3) algorithms/advantage.py
+        metrics   = rl_update(policy, rollouts, adv, ...)              (4, 5) algorithms/loss.py, update.py
         write one metrics line; sometimes sample completions
 """
 
@@ -13,19 +15,20 @@ from __future__ import annotations
 
 import random
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from rlvr.algorithms import compute_advantages, group_stats
+from rlvr.algorithms import compute_advantages, group_stats, informative_groups
 from rlvr.config import Config
 from rlvr.data import Example, format_prompt
 from rlvr.metrics import JsonlWriter, PhaseBar
 from rlvr.models import frozen_copy
-from rlvr.rollout import decode_completions, encode_prompts, generate
-from rlvr.update import rl_update
-from rlvr.verifiers import Verifier
+from rlvr.reward import RewardError, RewardTerm, Scores, score_completions
+from rlvr.rollout import Rollouts, concat_rollouts, decode_completions, encode_prompts, generate
+from rlvr.update import rl_update, sequence_kl_to_reference
 
 
 class PromptStream:
@@ -44,19 +47,32 @@ class PromptStream:
         return batch
 
 
+@dataclass
+class Sampled:
+    """Completions of some prompts, G consecutive rows per prompt, with their rewards."""
+
+    examples: list[Example]  # one per completion
+    rollouts: Rollouts
+    texts: list[str]
+    rewards_B: torch.Tensor  # weighted sum of the reward terms; NaN = missing
+
+    def rows(self, rows: torch.Tensor) -> "Sampled":
+        return Sampled([self.examples[i] for i in rows.tolist()], self.rollouts.select(rows), [self.texts[i] for i in rows.tolist()], self.rewards_B[rows])
+
+
 def grpo_train(
     policy: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
     examples: list[Example],
     cfg: Config,
-    verifier: Verifier,
+    reward_terms: list[RewardTerm],
     run_dir: Path,
     bar: PhaseBar,
 ) -> list[dict]:
     """Train `policy` in place for cfg.train.steps; returns the per-step metric records."""
     device = next(policy.parameters()).device
-    G, rc, tc = cfg.rollout.group_size, cfg.rollout, cfg.train
-    reference = frozen_copy(policy) if cfg.algo.beta > 0 else None  # none at beta = 0: no memory, no forward
+    G, rc, tc, ac = cfg.rollout.group_size, cfg.rollout, cfg.train, cfg.algo
+    reference = frozen_copy(policy) if ac.beta > 0 else None  # none at beta = 0: no memory, no forward
     optimizer = torch.optim.AdamW(policy.parameters(), lr=tc.lr, betas=(0.9, 0.99), weight_decay=tc.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / max(1, tc.warmup_steps)))
     stream = PromptStream(examples, cfg.run.seed)
@@ -65,58 +81,117 @@ def grpo_train(
         policy.gradient_checkpointing_enable()
     policy.train()
 
+    def sample_round(batch: list[Example]) -> tuple[Sampled, Scores, float, float]:
+        """One generation round: rollouts for `batch`, decoded and scored. Returns timings too."""
+        t0 = time.perf_counter()
+        per_row = [e for e in batch for _ in range(G)]
+        prompts = [format_prompt(tokenizer, e.prompt, cfg.data) for e in per_row]
+        prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts, device)
+        rollouts = generate(
+            policy, prompt_ids, prompt_mask,
+            max_new_tokens=rc.max_new_tokens, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
+            temperature=rc.temperature, top_p=rc.top_p, generator=generator,
+        )
+        t1 = time.perf_counter()
+        texts = decode_completions(tokenizer, rollouts)
+        scores = score_completions(reward_terms, cfg.reward, prompts, texts, per_row, rollouts.lengths_B.tolist(), rc.max_new_tokens)
+        sampled = Sampled(per_row, rollouts, texts, scores.total_B.to(device))
+        return sampled, scores, t1 - t0, time.perf_counter() - t1
+
     records = []
     with JsonlWriter(run_dir / "metrics.jsonl") as metrics_out, JsonlWriter(run_dir / "samples.jsonl") as samples_out:
         for step in range(1, tc.steps + 1):
-            t0 = time.perf_counter()
-            batch = stream.take(rc.prompts_per_step)
-            prompts = [format_prompt(tokenizer, e.prompt, cfg.data) for e in batch for _ in range(G)]
-            prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts, device)
-            rollouts = generate(
-                policy, prompt_ids, prompt_mask,
-                max_new_tokens=rc.max_new_tokens, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
-                temperature=rc.temperature, top_p=rc.top_p, generator=generator,
-            )
-            t1 = time.perf_counter()
+            t_start = time.perf_counter()
+            # ---- rollout + verify, over one or more rounds (dynamic sampling) ----------------
+            kept: list[Sampled] = []
+            all_scores: list[Scores] = []
+            generated: list[Rollouts] = []
+            gen_s = verify_s = 0.0
+            rounds = dropped = 0
+            while True:
+                rounds += 1
+                sampled, scores, g_s, v_s = sample_round(stream.take(rc.prompts_per_step))
+                all_scores.append(scores)
+                generated.append(sampled.rollouts)
+                gen_s, verify_s = gen_s + g_s, verify_s + v_s
+                if not ac.dynamic_sampling:
+                    kept.append(sampled)
+                    break
+                keep_N = informative_groups(sampled.rewards_B, G)
+                dropped += int((~keep_N).sum())
+                if keep_N.any():
+                    kept.append(sampled.rows(torch.nonzero(keep_N.repeat_interleave(G)).squeeze(1)))
+                if sum(len(k.texts) for k in kept) >= rc.prompts_per_step * G or rounds >= ac.max_sampling_rounds:
+                    break
+            scores = Scores.merge(all_scores)
+            missing_frac = float((~torch.isfinite(scores.total_B)).float().mean())
+            if missing_frac > cfg.reward.max_missing_frac:
+                raise RewardError(
+                    f"step {step}: {missing_frac:.0%} of rewards are missing (reward.max_missing_frac = "
+                    f"{cfg.reward.max_missing_frac}): {scores.problems()}"
+                )
+            t_verified = time.perf_counter()
 
-            texts = decode_completions(tokenizer, rollouts)
-            golds = [e for e in batch for _ in range(G)]
-            rewards_B = torch.tensor([float(verifier(t, e.answer)) for t, e in zip(texts, golds)], device=device)
-            t2 = time.perf_counter()
+            # ---- advantages + update ----------------------------------------------------------
+            record: dict = {"step": step, **group_stats(scores.total_B, G), **scores.metrics(), "loss/kl": None}
+            if ac.dynamic_sampling:
+                record.update({
+                    "sampling/rounds": rounds,
+                    "sampling/groups_dropped": dropped,
+                    "sampling/batch_fill": min(1.0, sum(len(k.texts) for k in kept) / (rc.prompts_per_step * G)),
+                })
+            batch = None
+            if kept:
+                rows = torch.arange(min(sum(len(k.texts) for k in kept), rc.prompts_per_step * G))
+                batch = Sampled(
+                    [e for k in kept for e in k.examples], concat_rollouts([k.rollouts for k in kept], tokenizer.pad_token_id),
+                    [t for k in kept for t in k.texts], torch.cat([k.rewards_B for k in kept]),
+                ).rows(rows)  # a full batch exactly: surplus groups of the last round are dropped
+                rewards_B = batch.rewards_B
+                if reference is not None and ac.kl_in == "reward":
+                    kl_B = sequence_kl_to_reference(
+                        policy, reference, batch.rollouts,
+                        estimator=ac.kl_estimator, temperature=rc.temperature, micro_batch_size=tc.micro_batch_size,
+                    )
+                    rewards_B = rewards_B - ac.beta * kl_B
+                    record["reward/kl_sequence"] = float(kl_B.mean())
+                advantages_B = compute_advantages(rewards_B, G, ac.estimator, ac.std_scale, ac.adv_eps)
+                include_B = torch.isfinite(rewards_B)
+                if ac.mask_truncated:
+                    include_B &= ~batch.rollouts.truncated_B
+                record.update(rl_update(
+                    policy, optimizer, scheduler, batch.rollouts, advantages_B, ac,
+                    reference=reference, temperature=rc.temperature, max_new_tokens=rc.max_new_tokens,
+                    micro_batch_size=tc.micro_batch_size, max_grad_norm=tc.max_grad_norm, include_B=include_B,
+                ))
+            t_end = time.perf_counter()
 
-            advantages_B = compute_advantages(rewards_B, G, cfg.algo.estimator, cfg.algo.std_scale, cfg.algo.adv_eps)
-            update = rl_update(
-                policy, optimizer, scheduler, rollouts, advantages_B, cfg.algo,
-                reference=reference, temperature=rc.temperature, max_new_tokens=rc.max_new_tokens,
-                micro_batch_size=tc.micro_batch_size, max_grad_norm=tc.max_grad_norm,
-            )
-            t3 = time.perf_counter()
-
-            n_tokens = int(rollouts.lengths_B.sum())
-            record = {
-                "step": step,
-                **group_stats(rewards_B, G),
-                "loss/kl": None,  # no reference model when beta = 0; filled from the update otherwise
-                **update,
-                "rollout/mean_length": float(rollouts.lengths_B.float().mean()),
-                "rollout/truncated_frac": float(rollouts.truncated_B.float().mean()),
-                "rollout/entropy": rollouts.entropy_sum / max(n_tokens, 1),
-                "rollout/tokens_per_s": n_tokens / max(t1 - t0, 1e-9),
-                "time/generate": t1 - t0,
-                "time/verify": t2 - t1,
-                "time/update": t3 - t2,
-                "time/step": t3 - t0,
-            }
+            lengths_B = torch.cat([r.lengths_B for r in generated])
+            n_tokens = int(lengths_B.sum())
+            record.update({
+                "rollout/mean_length": float(lengths_B.float().mean()),
+                "rollout/truncated_frac": float(torch.cat([r.truncated_B for r in generated]).float().mean()),
+                "rollout/entropy": sum(r.entropy_sum for r in generated) / max(n_tokens, 1),
+                "rollout/tokens_per_s": n_tokens / max(gen_s, 1e-9),
+                "time/generate": gen_s,
+                "time/verify": verify_s,
+                "time/update": t_end - t_verified,
+                "time/step": t_end - t_start,
+            })
             metrics_out.write(record)
             records.append(record)
-            if step % tc.log_samples_every == 0 or step == tc.steps:
-                for g in range(min(2, len(batch))):
-                    for i in range(g * G, g * G + G):
-                        samples_out.write(
-                            {"step": step, "prompt": golds[i].prompt, "completion": texts[i], "answer": golds[i].answer,
-                             "reward": float(rewards_B[i]), "advantage": float(advantages_B[i])}
-                        )
-            bar.advance(f"reward {record['reward/mean']:.2f}")
+            if batch is not None and (step % tc.log_samples_every == 0 or step == tc.steps):
+                for i in range(min(2 * G, len(batch.texts))):
+                    samples_out.write({
+                        "step": step, "prompt": batch.examples[i].prompt, "completion": batch.texts[i],
+                        "answer": batch.examples[i].answer, "reward": _json_float(rewards_B[i]), "advantage": float(advantages_B[i]),
+                    })
+            bar.advance(f"reward {record['reward/mean']:.2f}" if record["reward/mean"] is not None else "reward n/a")
     if cfg.model.gradient_checkpointing:
         policy.gradient_checkpointing_disable()
     return records
+
+
+def _json_float(x: torch.Tensor) -> float | None:
+    value = float(x)
+    return value if value == value and abs(value) != float("inf") else None

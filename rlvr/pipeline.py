@@ -31,7 +31,7 @@ from rlvr.models import build_char_tokenizer, build_tiny_model, count_parameters
 from rlvr.stages.evaluate import EvalResult, evaluate, num_batches
 from rlvr.stages.sft import sft_train
 from rlvr.tasks.arithmetic import make_splits
-from rlvr.verifiers import get_verifier
+from rlvr.reward import build_reward_terms
 
 
 def prepare_run_dir(cfg: Config, command: str) -> Path:
@@ -83,7 +83,7 @@ def run(cfg: Config, reporter: Reporter, command: str = "train") -> dict:
         torch.set_num_threads(cfg.run.threads)
     seed_everything(cfg.run.seed)
     configure_cpu_math()
-    verifier = get_verifier(cfg.reward.verifier)
+    reward_terms = build_reward_terms(cfg.reward)  # import errors surface here, before any work
     train, held_out = load_splits(cfg)  # data errors surface here, before any training
     model, tokenizer = prepare_model(cfg, run_dir)
     reporter.print(
@@ -101,7 +101,7 @@ def run(cfg: Config, reporter: Reporter, command: str = "train") -> dict:
 
     def run_eval(stage: str) -> None:
         with reporter.phase(f"eval:{stage}", num_batches(len(held_out), cfg.eval)) as bar:
-            result = timed(f"eval_{stage}", lambda: evaluate(model, tokenizer, held_out, cfg.data, cfg.eval, verifier, bar))
+            result = timed(f"eval_{stage}", lambda: evaluate(model, tokenizer, held_out, cfg.data, cfg.eval, reward_terms[0], bar))
         with JsonlWriter(run_dir / f"eval_{stage}.jsonl") as out:
             for sample in result.samples:
                 out.write(sample)
@@ -119,7 +119,7 @@ def run(cfg: Config, reporter: Reporter, command: str = "train") -> dict:
     records = []
     if cfg.train.steps > 0:
         with reporter.phase("grpo", cfg.train.steps) as bar:
-            records = timed("grpo", lambda: grpo_train(model, tokenizer, train, cfg, verifier, run_dir, bar))
+            records = timed("grpo", lambda: grpo_train(model, tokenizer, train, cfg, reward_terms, run_dir, bar))
         run_eval("after_rl")
         plot_reward_curve(records, run_dir / "reward_curve.png", {k: v.accuracy for k, v in evals.items()})
     if cfg.train.save_model:

@@ -48,6 +48,28 @@ class Rollouts:
         )
 
 
+def concat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
+    """Rows of several rollout batches as one (dynamic sampling keeps groups from several
+    generation rounds): prompts re-padded on the left, completions on the right."""
+    if len(parts) == 1:
+        return parts[0]
+    P = max(r.prompt_ids_BP.shape[1] for r in parts)
+    T = max(r.completion_ids_BT.shape[1] for r in parts)
+
+    def pad(x: torch.Tensor, width: int, value: int, left: bool) -> torch.Tensor:
+        extra = width - x.shape[1]
+        return torch.nn.functional.pad(x, (extra, 0) if left else (0, extra), value=value)
+
+    return Rollouts(
+        torch.cat([pad(r.prompt_ids_BP, P, pad_id, left=True) for r in parts]),
+        torch.cat([pad(r.prompt_mask_BP, P, 0, left=True) for r in parts]),
+        torch.cat([pad(r.completion_ids_BT, T, pad_id, left=False) for r in parts]),
+        torch.cat([pad(r.completion_mask_BT, T, 0, left=False) for r in parts]),
+        torch.cat([r.truncated_B for r in parts]),
+        sum(r.entropy_sum for r in parts),
+    )
+
+
 def encode_prompts(tokenizer: PreTrainedTokenizerBase, prompts: list[str], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """Left-padded (ids, mask), each (B, P). Chat templates already carry their special tokens."""
     encoded = [tokenizer.encode(p, add_special_tokens=False) for p in prompts]

@@ -11,7 +11,7 @@ from collections import defaultdict
 import torch
 from transformers import PreTrainedModel
 
-from rlvr.algorithms import loss_normalizer, masked_mean, policy_loss
+from rlvr.algorithms import loss_normalizer, masked_mean, policy_loss, sequence_kl
 from rlvr.config import AlgoConfig
 from rlvr.rollout import Rollouts
 
@@ -23,8 +23,10 @@ def completion_logprobs(
     completion_ids_BT: torch.Tensor,
     completion_mask_BT: torch.Tensor,
     temperature: float = 1.0,
-) -> torch.Tensor:
-    """log pi(y_t | x, y_<t) for every completion position, shape (B, T).
+    with_entropy: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """log pi(y_t | x, y_<t) for every completion position, shape (B, T); with `with_entropy`
+    also the entropy of pi(. | x, y_<t) at each position, (B, T), with its graph.
 
     Logits are divided by the sampling temperature so the ratio compares the distribution the
     tokens were actually drawn from. Only the last T+1 positions are projected to the vocabulary
@@ -36,11 +38,44 @@ def completion_logprobs(
     positions = (attention.cumsum(dim=1) - 1).clamp(min=0)
     logits = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, logits_to_keep=T + 1).logits
     logits_BTV = logits[:, :-1].float() / temperature  # position t predicts completion token t
-    return torch.gather(torch.log_softmax(logits_BTV, dim=-1), 2, completion_ids_BT.unsqueeze(2)).squeeze(2)
+    logp_BTV = torch.log_softmax(logits_BTV, dim=-1)
+    logp_BT = torch.gather(logp_BTV, 2, completion_ids_BT.unsqueeze(2)).squeeze(2)
+    if not with_entropy:
+        return logp_BT
+    return logp_BT, -(logp_BTV.exp() * logp_BTV).sum(dim=-1)
 
 
 def micro_batches(rows: torch.Tensor, size: int) -> list[torch.Tensor]:
     return [rows[i : i + size] for i in range(0, len(rows), size)]
+
+
+def frozen_logprobs(model: PreTrainedModel, chunks: list[Rollouts], temperature: float) -> list[torch.Tensor]:
+    """Log-probs of each chunk's completions under `model`, without a graph."""
+    with torch.no_grad():
+        return [
+            completion_logprobs(model, c.prompt_ids_BP, c.prompt_mask_BP, c.completion_ids_BT, c.completion_mask_BT, temperature)
+            for c in chunks
+        ]
+
+
+def sequence_kl_to_reference(
+    policy: PreTrainedModel,
+    reference: PreTrainedModel,
+    rollouts: Rollouts,
+    *,
+    estimator: str,
+    temperature: float,
+    micro_batch_size: int,
+) -> torch.Tensor:
+    """(B,) summed per-token KL(policy || reference) of each sampled completion, no graph: the
+    penalty KL-in-reward subtracts (times beta) from each reward before advantages."""
+    rows = torch.arange(rollouts.completion_ids_BT.shape[0], device=rollouts.completion_ids_BT.device)
+    kl_B = torch.zeros(len(rows), device=rows.device)
+    for part in micro_batches(rows, micro_batch_size):
+        chunk = rollouts.select(part)
+        (logp,), (ref,) = frozen_logprobs(policy, [chunk], temperature), frozen_logprobs(reference, [chunk], temperature)
+        kl_B[part] = sequence_kl(logp, ref, chunk.completion_mask_BT, estimator)
+    return kl_B
 
 
 def rl_update(
@@ -56,60 +91,71 @@ def rl_update(
     max_new_tokens: int,
     micro_batch_size: int,
     max_grad_norm: float,
+    include_B: torch.Tensor | None = None,
 ) -> dict[str, float]:
     """num_iterations optimizer steps on one rollout batch; returns averaged metrics.
+
+    `include_B` (bool, B) leaves completions out of the loss entirely, numerator and
+    denominator: missing rewards, or truncated completions under `algo.mask_truncated`.
 
     Exactness: the aggregation's denominator is computed once over the whole batch and shared by
     every micro-batch, so accumulated gradients equal the whole-batch gradient.
 
-    Work skipped without changing the result: when beta == 0, a completion with advantage 0
-    contributes exactly zero loss and gradient, so it is not forwarded at all (it still counts in
-    the denominator). In a typical step a third to a half of the groups are all-equal.
+    Work skipped without changing the result: when the loss has no KL and no entropy term, a
+    completion with advantage 0 contributes exactly zero loss and gradient, so it is not
+    forwarded at all (it still counts in the denominator). In a typical step a third to a half
+    of the groups are all-equal.
     """
-    mask_BT = rollouts.completion_mask_BT
+    B = len(advantages_B)
+    include_B = torch.ones(B, dtype=torch.bool, device=advantages_B.device) if include_B is None else include_B.bool()
+    include_B = include_B & torch.isfinite(advantages_B)
+    mask_BT = rollouts.completion_mask_BT * include_B.unsqueeze(1)
     normalizer = loss_normalizer(mask_BT, algo.aggregation, max_new_tokens)
-    active = torch.arange(len(advantages_B), device=advantages_B.device)
-    if algo.beta == 0.0:
-        active = active[advantages_B != 0]
+    kl_coef = algo.beta if algo.kl_in == "loss" else 0.0
+    active = torch.arange(B, device=advantages_B.device)[include_B]
+    if kl_coef == 0.0 and algo.entropy_coef == 0.0:
+        active = active[advantages_B[active] != 0]
     # Micro-batches of similar lengths waste less compute on padding (the result is unchanged:
     # every micro-batch shares the whole batch's normaliser).
     active = active[torch.argsort(rollouts.lengths_B[active], stable=True)]
     chunks = [rollouts.select(rows) for rows in micro_batches(active, micro_batch_size)]
     adv_chunks = [advantages_B[rows] for rows in micro_batches(active, micro_batch_size)]
 
-    def frozen_logprobs(model: PreTrainedModel) -> list[torch.Tensor]:
-        with torch.no_grad():
-            return [
-                completion_logprobs(model, c.prompt_ids_BP, c.prompt_mask_BP, c.completion_ids_BT, c.completion_mask_BT, temperature)
-                for c in chunks
-            ]
-
     # With one pass the policy *is* the sampling policy: old log-probs are the detached current
     # ones and need no extra forward. With more passes they are frozen before the first step.
-    old = frozen_logprobs(policy) if algo.num_iterations > 1 else None
-    ref = frozen_logprobs(reference) if reference is not None and algo.beta > 0 else None
+    old = frozen_logprobs(policy, chunks, temperature) if algo.num_iterations > 1 else None
+    ref = frozen_logprobs(reference, chunks, temperature) if reference is not None and kl_coef > 0 else None
 
+    entropy_bonus = algo.entropy_coef != 0.0
     sums: dict[str, float] = defaultdict(float)
     tokens_seen = 0
     for _ in range(algo.num_iterations):
         optimizer.zero_grad(set_to_none=True)
         total = torch.zeros(())
         for i, chunk in enumerate(chunks):
-            logp = completion_logprobs(
-                policy, chunk.prompt_ids_BP, chunk.prompt_mask_BP, chunk.completion_ids_BT, chunk.completion_mask_BT, temperature
+            # The policy's entropy is computed only for the bonus: the step's entropy is already
+            # logged from sampling (rollout/entropy), and a (B, T, V) extra costs memory on real vocabularies.
+            scored = completion_logprobs(
+                policy, chunk.prompt_ids_BP, chunk.prompt_mask_BP, chunk.completion_ids_BT, chunk.completion_mask_BT,
+                temperature, with_entropy=entropy_bonus,
             )
+            logp, entropy = scored if entropy_bonus else (scored, None)
             loss, metrics = policy_loss(
                 logp,
                 old[i] if old is not None else logp.detach(),
                 adv_chunks[i],
                 chunk.completion_mask_BT,
+                ratio_level=algo.ratio_level,
                 clip_low=algo.clip_low,
                 clip_high=algo.clip_high,
+                dual_clip=algo.dual_clip or None,
                 aggregation=algo.aggregation,
                 max_completion_length=max_new_tokens,
                 ref_logp=ref[i] if ref is not None else None,
-                kl_coef=algo.beta,
+                kl_coef=kl_coef,
                 kl_estimator=algo.kl_estimator,
+                entropy=entropy,
+                entropy_coef=algo.entropy_coef,
                 normalizer=normalizer,
             )
             loss.backward()
@@ -129,6 +175,7 @@ def rl_update(
     out = {name: value / max(tokens_seen, 1) for name, value in sums.items() if name not in ("loss/policy", "loss/grad_norm")}
     out["loss/policy"] = sums["loss/policy"] / algo.num_iterations
     out["loss/grad_norm"] = sums["loss/grad_norm"] / algo.num_iterations
-    out["loss/active_frac"] = len(active) / max(len(advantages_B), 1)
+    out["loss/active_frac"] = len(active) / max(B, 1)
+    out["loss/excluded"] = int((~include_B).sum())
     out["loss/lr"] = scheduler.get_last_lr()[0]
     return out

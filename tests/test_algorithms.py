@@ -7,7 +7,18 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlvr.algorithms import aggregate, compute_advantages, kl_estimate, loss_normalizer, masked_mean, policy_loss
+from rlvr.algorithms import (
+    aggregate,
+    compute_advantages,
+    group_stats,
+    informative_groups,
+    kl_estimate,
+    loss_normalizer,
+    masked_mean,
+    overlong_penalty,
+    policy_loss,
+    sequence_kl,
+)
 
 # ----------------------------------------------------------------------------- advantages
 
@@ -48,6 +59,89 @@ def test_all_equal_group_gets_exact_zero_never_nan():
             assert torch.isfinite(adv).all()
             assert (adv[:8] == 0).all(), (est, scale)
             assert (adv[8:] != 0).all()
+
+
+NAN = float("nan")
+
+
+def test_missing_rewards_are_left_out_of_group_statistics_hand_worked():
+    r = torch.tensor([1.0, 0.0, NAN, 1.0])
+    # valid 1, 0, 1: mean 2/3, unbiased std sqrt(((1/3)^2 * 2 + (2/3)^2) / 2) = sqrt(1/3)
+    std = math.sqrt(1 / 3)
+    torch.testing.assert_close(compute_advantages(r, 4, "grpo", eps=0.0 + 1e-12), torch.tensor([1 / 3 / std, -2 / 3 / std, 0.0, 1 / 3 / std]))
+    torch.testing.assert_close(compute_advantages(r, 4, "dr_grpo"), torch.tensor([1 / 3, -2 / 3, 0.0, 1 / 3]))
+    # leave-one-out over the *other valid* rewards: 1 - mean(0, 1), 0 - mean(1, 1), -, 1 - mean(1, 0)
+    torch.testing.assert_close(compute_advantages(r, 4, "rloo"), torch.tensor([0.5, -1.0, 0.0, 0.5]))
+    # batch std over the valid rewards of every group
+    r2 = torch.tensor([1.0, 0.0, NAN, 1.0, 0.0, float("inf"), 1.0, 0.0])
+    valid = torch.tensor([1.0, 0.0, 1.0, 0.0, 1.0, 0.0])
+    centred = compute_advantages(r2, 4, "dr_grpo")
+    torch.testing.assert_close(compute_advantages(r2, 4, "grpo", std_scale="batch", eps=1e-12), centred / valid.std())
+
+
+def test_groups_with_fewer_than_two_valid_rewards_get_zero():
+    r = torch.tensor([NAN, NAN, NAN, NAN, 1.0, NAN, NAN, NAN, 1.0, 0.0, NAN, NAN])
+    for est in ("grpo", "dr_grpo", "rloo"):
+        for scale in ("group", "batch", "none"):
+            adv = compute_advantages(r, 4, est, std_scale=scale)
+            assert torch.isfinite(adv).all(), (est, scale)
+            assert (adv[:8] == 0).all() and (adv[8:10] != 0).all() and (adv[10:] == 0).all(), (est, scale)
+    assert informative_groups(r, 4).tolist() == [False, False, True]
+    stats = group_stats(r, 4)
+    assert stats["reward/missing"] == 9 and stats["reward/mean"] == pytest.approx(2 / 3)
+    assert stats["reward/frac_groups_all_equal"] == pytest.approx(2 / 3)
+    assert group_stats(torch.full((4,), NAN), 4)["reward/mean"] is None
+
+
+def advantages_loop(rewards, G, estimator, std_scale, eps):
+    """Per-group Python reference, written independently of the vectorised code."""
+    values = [float(x) for x in rewards]
+    valid_all = [v for v in values if math.isfinite(v)]
+    batch_std = statistics_std(valid_all)
+    out = []
+    for g in range(0, len(values), G):
+        group = values[g : g + G]
+        valid = [v for v in group if math.isfinite(v)]
+        flat = len(valid) < 2 or max(valid) == min(valid)
+        mean = sum(valid) / len(valid) if valid else 0.0
+        for v in group:
+            if flat or not math.isfinite(v):
+                out.append(0.0)
+                continue
+            a = v - (sum(valid) - v) / (len(valid) - 1) if estimator == "rloo" else v - mean
+            if std_scale == "group":
+                a /= statistics_std(valid) + eps
+            elif std_scale == "batch":
+                a /= batch_std + eps
+            out.append(a)
+    return out
+
+
+def statistics_std(xs):
+    if len(xs) < 2:
+        return 1.0 - 1e-4  # compute_advantages divides by 1 when the batch has one valid reward
+    m = sum(xs) / len(xs)
+    return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.integers(2, 5).flatmap(
+        lambda G: st.tuples(
+            st.just(G),
+            st.lists(st.sampled_from([0.0, 1.0, 0.5, -1.0, NAN, float("inf")]), min_size=G, max_size=4 * G).map(lambda xs: xs[: len(xs) // G * G]),
+        )
+    ),
+    st.sampled_from(["grpo", "dr_grpo", "rloo"]),
+    st.sampled_from(["group", "batch", "none"]),
+)
+def test_vectorised_advantages_match_loop_reference(case, estimator, std_scale):
+    G, rewards = case
+    if not rewards:
+        return
+    adv = compute_advantages(torch.tensor(rewards), G, estimator, std_scale, eps=1e-4)
+    assert torch.isfinite(adv).all()
+    assert adv.tolist() == pytest.approx(advantages_loop(rewards, G, estimator, std_scale, 1e-4), rel=1e-5, abs=1e-6)
 
 
 @pytest.mark.parametrize(
@@ -152,6 +246,64 @@ def test_sequence_level_ratio_is_exp_of_mean_log_ratio():
     assert float(metrics["loss/ratio_mean"]) == pytest.approx(math.exp(0.1))
 
 
+def test_dual_clip_caps_the_loss_of_negative_advantages():
+    # ratio 4, A = -1, clip 0.2: PPO gives min(-4, -1.2) = -4 -> loss 4 with gradient -A * ratio = 4
+    loss, grad, _ = one_token(math.log(4.0), -1.0)
+    assert loss == pytest.approx(4.0) and grad == pytest.approx(4.0)
+    # dual clip c = 3 caps it at -c * A = 3, with no gradient through the cap
+    loss, grad, m = one_token(math.log(4.0), -1.0, dual_clip=3.0)
+    assert loss == pytest.approx(3.0) and grad == 0.0 and float(m["loss/dual_clip_frac"]) == 1.0
+    # below the cap nothing changes: ratio 2 -> loss 2 < 3
+    loss, grad, m = one_token(math.log(2.0), -1.0, dual_clip=3.0)
+    assert loss == pytest.approx(2.0) and grad == pytest.approx(2.0) and float(m["loss/dual_clip_frac"]) == 0.0
+    # positive advantages are never dual-clipped: ratio 4, A = +1 -> ordinary clip to 1.2
+    loss, grad, _ = one_token(math.log(4.0), 1.0, dual_clip=3.0)
+    assert loss == pytest.approx(-1.2) and grad == 0.0
+    with pytest.raises(ValueError, match="dual_clip"):
+        one_token(0.0, 1.0, dual_clip=1.0)
+
+
+def test_entropy_bonus_subtracts_coef_times_entropy():
+    logp = torch.tensor([[-1.0, -2.0, 0.0]], requires_grad=True)
+    entropy = torch.tensor([[0.5, 1.5, 99.0]], requires_grad=True)
+    mask = torch.tensor([[1, 1, 0]])
+    loss, m = policy_loss(logp, logp.detach(), torch.tensor([0.0]), mask, aggregation="token_mean", entropy=entropy, entropy_coef=0.1)
+    assert loss.detach().item() == pytest.approx(-0.1 * (0.5 + 1.5) / 2) and float(m["loss/entropy"]) == pytest.approx(1.0)
+    loss.backward()
+    assert entropy.grad[0].tolist() == pytest.approx([-0.05, -0.05, 0.0])
+    with pytest.raises(ValueError, match="entropy"):
+        policy_loss(logp, logp.detach(), torch.tensor([0.0]), mask, entropy_coef=0.1)
+
+
+def test_rows_with_nonfinite_advantage_are_left_out_like_padding():
+    logp = torch.tensor([[-1.0, -2.0], [-0.5, -0.7], [-3.0, -1.0]], requires_grad=True)
+    mask = torch.tensor([[1, 1], [1, 0], [1, 1]])
+    for aggregation in ("token_mean", "seq_mean_token_mean", "constant"):
+        loss, _ = policy_loss(logp.detach(), logp.detach() + 0.1, torch.tensor([1.0, NAN, -2.0]), mask, aggregation=aggregation, max_completion_length=4)
+        keep = torch.tensor([0, 2])
+        expected, _ = policy_loss(logp[keep], logp.detach()[keep] + 0.1, torch.tensor([1.0, -2.0]), mask[keep], aggregation=aggregation, max_completion_length=4)
+        assert torch.isfinite(loss) and loss.item() == pytest.approx(expected.item())
+
+
+def test_sequence_kl_sums_the_token_estimates():
+    logp = torch.tensor([[math.log(0.5), math.log(0.5), 7.0]])
+    ref = torch.tensor([[math.log(0.25), math.log(0.5), -7.0]])
+    mask = torch.tensor([[1, 1, 0]])
+    # k1 = log pi - log ref = log 2 and 0; k3 at x = log(1/2): 0.5 + log 2 - 1
+    assert float(sequence_kl(logp, ref, mask, "k1")) == pytest.approx(math.log(2))
+    assert float(sequence_kl(logp, ref, mask, "k3")) == pytest.approx(0.5 + math.log(2) - 1)
+
+
+def test_overlong_penalty_hand_worked():
+    # L_max 20, L_cache 4: free up to 16, then -1/4 per token, -1 at 20
+    lengths = torch.tensor([1, 16, 17, 18, 19, 20])
+    assert overlong_penalty(lengths, 20, 4).tolist() == pytest.approx([0.0, 0.0, -0.25, -0.5, -0.75, -1.0])
+    assert overlong_penalty(lengths, 20, 4, factor=0.5).tolist() == pytest.approx([0.0, 0.0, -0.125, -0.25, -0.375, -0.5])
+    assert overlong_penalty(torch.tensor([64]), 64, 64).tolist() == [-1.0]
+    with pytest.raises(ValueError, match="buffer"):
+        overlong_penalty(lengths, 20, 0)
+
+
 def test_policy_loss_rejects_bad_arguments():
     x = torch.zeros(2, 3)
     with pytest.raises(ValueError, match="ratio_level"):
@@ -160,24 +312,35 @@ def test_policy_loss_rejects_bad_arguments():
         policy_loss(x, x, torch.zeros(3), torch.ones(2, 3))
 
 
-def loop_reference(logp, old, adv, mask, clip_low, clip_high, aggregation, max_len):
+def loop_reference(logp, old, adv, mask, clip_low, clip_high, aggregation, max_len, ratio_level="token", dual_clip=None,
+                   ref=None, kl_coef=0.0, kl_estimator="k3", entropy=None, entropy_coef=0.0):
     """Plain-Python per-token loop, written independently of the vectorised code."""
-    per_seq, total, count = [], 0.0, 0
+    per_seq, total, count, rows = [], 0.0, 0, 0
     for i in range(logp.shape[0]):
-        seq_sum, seq_n = 0.0, 0
-        for t in range(logp.shape[1]):
-            if mask[i, t]:
-                ratio = math.exp(float(logp[i, t] - old[i, t]))
-                clipped = min(max(ratio, 1 - clip_low), 1 + clip_high)
-                value = -min(ratio * float(adv[i]), clipped * float(adv[i]))
-                seq_sum, seq_n = seq_sum + value, seq_n + 1
-        per_seq.append(seq_sum / seq_n if seq_n else 0.0)
-        total, count = total + seq_sum, count + seq_n
+        real = [t for t in range(logp.shape[1]) if mask[i, t]]
+        seq_log_ratio = sum(float(logp[i, t] - old[i, t]) for t in real) / max(len(real), 1)
+        seq_sum = 0.0
+        for t in real:
+            ratio = math.exp(seq_log_ratio if ratio_level == "sequence" else float(logp[i, t] - old[i, t]))
+            clipped = min(max(ratio, 1 - clip_low), 1 + clip_high)
+            a = float(adv[i])
+            value = -min(ratio * a, clipped * a)
+            if dual_clip is not None and a < 0:
+                value = min(value, -dual_clip * a)
+            if ref is not None:
+                x = max(-20.0, min(20.0, float(ref[i, t] - logp[i, t])))
+                kl = {"k1": -x, "k2": x * x / 2, "k3": math.exp(x) - x - 1}[kl_estimator]
+                value += kl_coef * kl
+            if entropy is not None:
+                value -= entropy_coef * float(entropy[i, t])
+            seq_sum += value
+        per_seq.append(seq_sum / len(real) if real else 0.0)
+        total, count, rows = total + seq_sum, count + len(real), rows + bool(real)
     if aggregation == "token_mean":
         return total / count
     if aggregation == "seq_mean_token_mean":
-        return sum(per_seq) / len(per_seq)
-    return total / (logp.shape[0] * max_len)
+        return sum(per_seq) / rows
+    return total / (rows * max_len)
 
 
 # ----------------------------------------------------------------------------- properties
@@ -185,6 +348,8 @@ def loop_reference(logp, old, adv, mask, clip_low, clip_high, aggregation, max_l
 
 @st.composite
 def batches(draw):
+    """A random batch plus a random point in the settings space (every aggregation, both ratio
+    levels, dual-clip on/off, KL k1/k2/k3 on/off, entropy bonus on/off)."""
     B = draw(st.integers(1, 5))
     T = draw(st.integers(1, 6))
     lengths = draw(st.lists(st.integers(1, T), min_size=B, max_size=B))
@@ -194,35 +359,70 @@ def batches(draw):
     adv = torch.tensor(draw(st.lists(floats, min_size=B, max_size=B)))
     mask = (torch.arange(T).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)).long()
     aggregation = draw(st.sampled_from(["token_mean", "seq_mean_token_mean", "constant"]))
-    return logp, old, adv, mask, aggregation
+    options = {
+        "ratio_level": draw(st.sampled_from(["token", "sequence"])),
+        "dual_clip": draw(st.sampled_from([None, 1.5, 3.0])),
+        "kl_coef": draw(st.sampled_from([0.0, 0.05])),
+        "kl_estimator": draw(st.sampled_from(["k1", "k2", "k3"])),
+        "entropy_coef": draw(st.sampled_from([0.0, 0.1])),
+    }
+    return logp, old, adv, mask, aggregation, options
 
 
-def loss_and_grad(logp, old, adv, mask, aggregation, **kw):
+def fake_entropy(logp):
+    """A differentiable stand-in for the policy's per-token entropy (only its graph matters here)."""
+    return 0.1 * logp * logp
+
+
+def loss_and_grad(logp, old, adv, mask, aggregation, options=None, **kw):
+    options = dict(options or {})
     logp = logp.clone().requires_grad_(True)
-    loss, _ = policy_loss(logp, old, adv, mask, aggregation=aggregation, max_completion_length=8, clip_high=0.28, **kw)
+    if options.get("kl_coef"):
+        options["ref_logp"] = kw.pop("ref_logp", None)
+        if options["ref_logp"] is None:
+            options["ref_logp"] = torch.where(mask.bool(), logp.detach() - 0.3, logp.detach())
+    else:
+        options.pop("kl_coef", None)
+    if options.get("entropy_coef"):
+        options["entropy"] = fake_entropy(logp)
+    loss, _ = policy_loss(logp, old, adv, mask, aggregation=aggregation, max_completion_length=8, clip_high=0.28, **options, **kw)
     loss.backward()
     return loss.detach(), logp.grad
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(batches(), st.integers(1, 4), st.sampled_from([0.0, float("nan"), float("inf"), -1e30]))
 def test_extra_padding_changes_neither_loss_nor_gradient(batch, extra, junk):
-    logp, old, adv, mask, aggregation = batch
+    logp, old, adv, mask, aggregation, options = batch
+    options = {**options, "entropy_coef": 0.0}  # the stand-in entropy of junk is not a real padding case
     ref = logp - 0.3
-    loss, grad = loss_and_grad(logp, old, adv, mask, aggregation, ref_logp=ref, kl_coef=0.05)
+    loss, grad = loss_and_grad(logp, old, adv, mask, aggregation, {**options, "kl_coef": 0.05}, ref_logp=ref)
 
     pad = lambda x, v: torch.cat([x, torch.full((x.shape[0], extra), v, dtype=x.dtype)], dim=1)  # noqa: E731
-    loss_p, grad_p = loss_and_grad(pad(logp, junk), pad(old, junk), adv, pad(mask, 0), aggregation, ref_logp=pad(ref, junk), kl_coef=0.05)
+    loss_p, grad_p = loss_and_grad(pad(logp, junk), pad(old, junk), adv, pad(mask, 0), aggregation, {**options, "kl_coef": 0.05}, ref_logp=pad(ref, junk))
     torch.testing.assert_close(loss_p, loss)
     torch.testing.assert_close(grad_p[:, : logp.shape[1]], grad)
     assert (grad_p[:, logp.shape[1] :] == 0).all()
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=80, deadline=None)
+@given(batches(), st.integers(1, 3))
+def test_extra_empty_rows_change_neither_loss_nor_gradient(batch, extra):
+    """A completion left out of the loss (its mask zeroed) weighs nothing, in every aggregation."""
+    logp, old, adv, mask, aggregation, options = batch
+    loss, grad = loss_and_grad(logp, old, adv, mask, aggregation, options)
+    rows = lambda x, v: torch.cat([x, torch.full((extra, x.shape[1]), v, dtype=x.dtype)])  # noqa: E731
+    adv_p = torch.cat([adv, torch.full((extra,), 5.0)])
+    loss_p, grad_p = loss_and_grad(rows(logp, -1.0), rows(old, -1.5), adv_p, rows(mask, 0), aggregation, options)
+    torch.testing.assert_close(loss_p, loss)
+    torch.testing.assert_close(grad_p[: logp.shape[0]], grad)
+
+
+@settings(max_examples=80, deadline=None)
 @given(batches(), st.data())
 def test_micro_batches_accumulate_to_the_whole_batch_gradient(batch, data):
-    logp, old, adv, mask, aggregation = batch
-    whole_loss, whole_grad = loss_and_grad(logp, old, adv, mask, aggregation)
+    logp, old, adv, mask, aggregation, options = batch
+    whole_loss, whole_grad = loss_and_grad(logp, old, adv, mask, aggregation, options)
 
     # Split rows into arbitrary contiguous micro-batches, trimming each to its own longest row,
     # with the whole batch's normaliser: the sum must equal the whole.
@@ -234,16 +434,26 @@ def test_micro_batches_accumulate_to_the_whole_batch_gradient(batch, data):
     for lo, hi in zip(bounds, bounds[1:]):
         width = int(mask[lo:hi].sum(1).max())
         part = slice(lo, hi), slice(0, width)
-        loss, g = loss_and_grad(logp[part], old[part], adv[lo:hi], mask[part], aggregation, normalizer=normalizer)
+        loss, g = loss_and_grad(logp[part], old[part], adv[lo:hi], mask[part], aggregation, options, normalizer=normalizer)
         total += loss
         grad[part] += g
     torch.testing.assert_close(total, whole_loss)
     torch.testing.assert_close(grad, whole_grad)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(batches())
 def test_vectorised_loss_matches_loop_reference(batch):
-    logp, old, adv, mask, aggregation = batch
-    loss, _ = policy_loss(logp, old, adv, mask, aggregation=aggregation, max_completion_length=8, clip_high=0.28)
-    assert float(loss) == pytest.approx(loop_reference(logp, old, adv, mask, 0.2, 0.28, aggregation, 8), rel=1e-4, abs=1e-5)
+    logp, old, adv, mask, aggregation, options = batch
+    ref = logp - 0.3 if options["kl_coef"] else None
+    entropy = fake_entropy(logp) if options["entropy_coef"] else None
+    loss, _ = policy_loss(
+        logp, old, adv, mask, aggregation=aggregation, max_completion_length=8, clip_high=0.28,
+        ratio_level=options["ratio_level"], dual_clip=options["dual_clip"], ref_logp=ref, kl_coef=options["kl_coef"],
+        kl_estimator=options["kl_estimator"], entropy=entropy, entropy_coef=options["entropy_coef"],
+    )
+    expected = loop_reference(
+        logp, old, adv, mask, 0.2, 0.28, aggregation, 8, ratio_level=options["ratio_level"], dual_clip=options["dual_clip"],
+        ref=ref, kl_coef=options["kl_coef"], kl_estimator=options["kl_estimator"], entropy=entropy, entropy_coef=options["entropy_coef"],
+    )
+    assert float(loss) == pytest.approx(expected, rel=1e-4, abs=1e-5)

@@ -266,7 +266,11 @@ def test_unknown_override_after_valid_file_does_not_blame_the_file(tmp_path):
         ("task.prompt_template=no placeholder", "task.prompt_template"),
         ("model.tiny.hidden_size=30", "model.tiny.num_heads"),  # 4 heads do not divide 30
         ("model.tiny.num_kv_heads=3", "model.tiny.num_kv_heads"),
-        ("reward.verifier=nope", "reward.verifier"),
+        ('reward.functions=["nope"]', "reward.functions[0]"),
+        ("reward.weights=[1.0, 2.0]", "reward.weights"),
+        ("algo.dual_clip=0.5", "algo.dual_clip"),
+        ("algo.max_sampling_rounds=0", "algo.max_sampling_rounds"),
+        ("reward.overlong_buffer_frac=1.5", "reward.overlong_buffer_frac"),
         ("data.source=jsonl", "data.train_path"),  # jsonl needs a train file
     ],
 )

@@ -9,6 +9,10 @@ No learned critic: the group itself is the baseline.
 
 std is the unbiased sample std (as TRL and verl compute it). A group whose rewards are all
 equal carries no signal: its advantages are exactly 0, never NaN.
+
+A reward that is NaN or +-inf (a reward function returned None, failed, or timed out) is
+*missing*: it is left out of its group's mean, std and leave-one-out baseline, and its own
+advantage is 0. The caller also leaves that completion out of the loss (`torch.isfinite`).
 """
 
 from __future__ import annotations
@@ -19,6 +23,13 @@ ESTIMATORS = ("grpo", "dr_grpo", "rloo")
 STD_SCALES = ("group", "batch", "none")
 
 
+def _check(rewards: torch.Tensor, group_size: int) -> None:
+    if group_size < 2:
+        raise ValueError("group_size must be >= 2: one sample per prompt has no group baseline (advantages would all be 0)")
+    if rewards.dim() != 1 or rewards.numel() % group_size != 0:
+        raise ValueError(f"rewards must be 1-D with a multiple of group_size={group_size} entries, got {tuple(rewards.shape)}")
+
+
 def compute_advantages(
     rewards: torch.Tensor,
     group_size: int,
@@ -26,49 +37,70 @@ def compute_advantages(
     std_scale: str | None = None,
     eps: float = 1e-4,
 ) -> torch.Tensor:
-    """Advantages for prompt-major rewards of shape (N*G,).
+    """Advantages for prompt-major rewards of shape (N*G,); missing rewards (NaN/inf) get 0.
 
     `std_scale` defaults to the estimator's own choice: "group" for grpo, "none" for dr_grpo and
     rloo; passing it explicitly makes any combination.
 
     >>> compute_advantages(torch.tensor([1.0, 0.0, 0.0, 0.0]), group_size=4, estimator="dr_grpo")
     tensor([ 0.7500, -0.2500, -0.2500, -0.2500])
+    >>> compute_advantages(torch.tensor([1.0, 0.0, float("nan"), 0.0]), group_size=4, estimator="dr_grpo")
+    tensor([ 0.6667, -0.3333,  0.0000, -0.3333])
     """
     if estimator not in ESTIMATORS:
         raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
     std_scale = std_scale or ("group" if estimator == "grpo" else "none")
     if std_scale not in STD_SCALES:
         raise ValueError(f"std_scale must be one of {STD_SCALES}, got {std_scale!r}")
-    if rewards.dim() != 1 or rewards.numel() % group_size != 0:
-        raise ValueError(f"rewards must be 1-D with a multiple of group_size={group_size} entries, got {tuple(rewards.shape)}")
-    if group_size < 2:
-        raise ValueError("group_size must be >= 2: one sample per prompt has no group baseline (advantages would all be 0)")
+    _check(rewards, group_size)
 
     r_NG = rewards.float().view(-1, group_size)
-    mean_N1 = r_NG.mean(dim=1, keepdim=True)
+    valid_NG = torch.isfinite(r_NG)
+    r_NG = torch.where(valid_NG, r_NG, torch.zeros_like(r_NG))  # missing -> 0, then masked out below
+    n_N1 = valid_NG.sum(dim=1, keepdim=True)
+    sum_N1 = r_NG.sum(dim=1, keepdim=True)
+    mean_N1 = sum_N1 / n_N1.clamp(min=1)
     if estimator == "rloo":
-        baseline_NG = (r_NG.sum(dim=1, keepdim=True) - r_NG) / (group_size - 1)
+        baseline_NG = (sum_N1 - r_NG) / (n_N1 - 1).clamp(min=1)  # mean of the *other* valid rewards
         adv_NG = r_NG - baseline_NG
     else:
         adv_NG = r_NG - mean_N1
 
     if std_scale == "group":
-        adv_NG = adv_NG / (r_NG.std(dim=1, keepdim=True) + eps)
+        var_N1 = torch.where(valid_NG, (r_NG - mean_N1) ** 2, 0.0).sum(dim=1, keepdim=True) / (n_N1 - 1).clamp(min=1)
+        adv_NG = adv_NG / (var_N1.sqrt() + eps)
     elif std_scale == "batch":
-        adv_NG = adv_NG / (r_NG.std() + eps)
+        adv_NG = adv_NG / (r_NG[valid_NG].std() + eps if int(valid_NG.sum()) > 1 else 1.0)
 
-    # Equal rewards give exactly 0 above (x - x = 0, 0 / (0 + eps) = 0); make it explicit so a
-    # future change to the formula cannot turn a flat group into noise.
-    flat_N1 = (r_NG == r_NG[:, :1]).all(dim=1, keepdim=True)
-    return adv_NG.masked_fill(flat_N1, 0.0).view(-1)
+    # A group with fewer than two valid rewards, or all valid rewards equal, carries no signal:
+    # exactly 0 (the formulas above give 0 too, but a future change must not turn it into noise).
+    return adv_NG.masked_fill(~informative_groups(rewards, group_size).unsqueeze(1) | ~valid_NG, 0.0).view(-1)
 
 
-def group_stats(rewards: torch.Tensor, group_size: int) -> dict[str, float]:
-    """What the step's rewards say: mean, std, and the share of groups with no signal."""
+def informative_groups(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """(N,) bool: groups with at least two valid rewards that are not all equal.
+
+    The others have zero advantage everywhere, hence zero policy gradient: DAPO's dynamic
+    sampling (Yu et al. 2025, sec. 3.2) drops them and samples more prompts instead.
+
+    >>> informative_groups(torch.tensor([1.0, 1.0, 0.0, 1.0, float("nan"), 1.0]), group_size=3)
+    tensor([False,  True])
+    """
+    _check(rewards, group_size)
     r_NG = rewards.float().view(-1, group_size)
-    flat = (r_NG == r_NG[:, :1]).all(dim=1)
+    valid_NG = torch.isfinite(r_NG)
+    hi = torch.where(valid_NG, r_NG, float("-inf")).max(dim=1).values
+    lo = torch.where(valid_NG, r_NG, float("inf")).min(dim=1).values
+    return (valid_NG.sum(dim=1) >= 2) & (hi > lo)
+
+
+def group_stats(rewards: torch.Tensor, group_size: int) -> dict[str, float | None]:
+    """What the step's rewards say: mean, std, missing count, and the share of groups with no signal."""
+    valid = torch.isfinite(rewards)
+    r = rewards.float()[valid]
     return {
-        "reward/mean": r_NG.mean().item(),
-        "reward/std": r_NG.std().item() if r_NG.numel() > 1 else 0.0,
-        "reward/frac_groups_all_equal": flat.float().mean().item(),
+        "reward/mean": r.mean().item() if r.numel() else None,
+        "reward/std": r.std().item() if r.numel() > 1 else 0.0,
+        "reward/missing": int((~valid).sum()),
+        "reward/frac_groups_all_equal": 1.0 - informative_groups(rewards, group_size).float().mean().item(),
     }

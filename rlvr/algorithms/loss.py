@@ -56,14 +56,17 @@ def kl_estimate(logp_BT: torch.Tensor, ref_logp_BT: torch.Tensor, estimator: str
 
 def loss_normalizer(mask_BT: torch.Tensor, aggregation: str, max_completion_length: int | None = None) -> float:
     """The denominator of `aggregation` for this batch (pass the whole batch's to each micro-batch)."""
+    # Rows with no token (a completion excluded from the loss has its mask zeroed) are not
+    # counted: excluding a sample must not shrink the weight of the others.
+    rows = float((mask_BT.sum(dim=1) > 0).sum().clamp(min=1))
     if aggregation == "token_mean":
         return float(mask_BT.sum().clamp(min=1))
     if aggregation == "seq_mean_token_mean":
-        return float(mask_BT.shape[0])
+        return rows
     if aggregation == "constant":
         if not max_completion_length:
             raise ValueError("aggregation='constant' needs max_completion_length (Dr. GRPO divides by N * L_max)")
-        return float(mask_BT.shape[0] * max_completion_length)
+        return rows * max_completion_length
     raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")
 
 
@@ -90,6 +93,13 @@ def aggregate(
     return numerator / denominator
 
 
+def sequence_kl(logp_BT: torch.Tensor, ref_logp_BT: torch.Tensor, mask_BT: torch.Tensor, estimator: str = "k1") -> torch.Tensor:
+    """(B,) summed per-token KL of each completion: the penalty `beta * KL_i` that KL-in-reward
+    subtracts from completion i's reward before advantages (RLOO, Ahmadian et al. 2024; verl's
+    `use_kl_in_reward`). The sum, not the mean: the KL of a sequence is the sum over its tokens."""
+    return masked_sum(kl_estimate(logp_BT, ref_logp_BT, estimator), mask_BT, dim=1)
+
+
 def policy_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -99,18 +109,30 @@ def policy_loss(
     ratio_level: str = "token",
     clip_low: float = 0.2,
     clip_high: float = 0.2,
+    dual_clip: float | None = None,
     aggregation: str = "seq_mean_token_mean",
     max_completion_length: int | None = None,
     ref_logp: torch.Tensor | None = None,
     kl_coef: float = 0.0,
     kl_estimator: str = "k3",
+    entropy: torch.Tensor | None = None,
+    entropy_coef: float = 0.0,
     normalizer: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Clipped surrogate (PPO, Schulman et al. 2017) plus an optional KL term to a reference.
+    """Clipped surrogate (PPO, Schulman et al. 2017) plus optional KL and entropy terms.
 
-    Per token: -min(rho * A, clip(rho, 1 - clip_low, 1 + clip_high) * A) + kl_coef * KL,
+    Per token: -min(rho * A, clip(rho, 1 - clip_low, 1 + clip_high) * A) + kl_coef * KL - entropy_coef * H,
     with rho = pi / pi_old per token, or one ratio per sequence (GSPO, Zheng et al. 2025:
     rho_i = exp(mean_t(log pi - log pi_old))). Returns the scalar loss and detached metrics.
+
+    dual_clip = c > 1 (Ye et al. 2020, "Mastering Complex Control in MOBA Games"; verl's
+    clip_ratio_c = 3): for A < 0 the per-token loss is capped at -c * A, so one token whose ratio
+    exploded cannot dominate the batch.
+
+    `entropy` is the policy's per-token entropy (B, T) with its graph (see
+    `update.completion_logprobs(..., with_entropy=True)`); entropy_coef > 0 rewards keeping it.
+
+    A row whose advantage is NaN or inf (a missing reward) is left out like padding.
 
     With one optimisation pass rho == 1 and advantages are centred, so the loss value is ~0
     while its gradient is not: the metrics carry the parts that explain it.
@@ -124,7 +146,13 @@ def policy_loss(
         )
     if kl_coef != 0.0 and ref_logp is None:
         raise ValueError("kl_coef > 0 needs ref_logp")
-    mask = mask.bool()
+    if entropy_coef != 0.0 and entropy is None:
+        raise ValueError("entropy_coef != 0 needs entropy (per-token policy entropy with its graph)")
+    if dual_clip is not None and dual_clip <= 1.0:
+        raise ValueError(f"dual_clip must be > 1 (it caps the loss of negative advantages at -c * A), got {dual_clip}")
+    finite_B = torch.isfinite(advantages)
+    mask = mask.bool() & finite_B.unsqueeze(1)
+    advantages = torch.where(finite_B, advantages, torch.zeros_like(advantages))
 
     log_ratio_BT = torch.where(mask, logp - old_logp, torch.zeros_like(logp))
     if ratio_level == "sequence":
@@ -134,12 +162,21 @@ def policy_loss(
     unclipped_BT = ratio_BT * adv_B1
     clipped_BT = ratio_BT.clamp(1.0 - clip_low, 1.0 + clip_high) * adv_B1
     loss_BT = -torch.minimum(unclipped_BT, clipped_BT)
-
     metrics = {}
+    if dual_clip is not None:
+        cap_BT = -dual_clip * adv_B1.expand_as(loss_BT)
+        dual_BT = (adv_B1 < 0) & (loss_BT > cap_BT)
+        loss_BT = torch.where(dual_BT, cap_BT, loss_BT)
+        metrics["loss/dual_clip_frac"] = (dual_BT & mask).sum() / mask.sum().clamp(min=1)
+
     if ref_logp is not None:
         kl_BT = kl_estimate(logp, ref_logp, kl_estimator)
         loss_BT = loss_BT + kl_coef * kl_BT
         metrics["loss/kl"] = masked_mean(kl_BT.detach(), mask)
+    if entropy is not None:
+        if entropy_coef != 0.0:
+            loss_BT = loss_BT - entropy_coef * entropy
+        metrics["loss/entropy"] = masked_mean(entropy.detach(), mask)
 
     loss = aggregate(loss_BT, mask, aggregation, max_completion_length, normalizer)
     with torch.no_grad():

@@ -16,7 +16,7 @@ from rlvr.config import DataConfig, EvalConfig
 from rlvr.data import Example, format_prompt
 from rlvr.metrics import PhaseBar
 from rlvr.rollout import decode_completions, encode_prompts, generate
-from rlvr.verifiers import Verifier
+from rlvr.reward import RewardTerm
 
 
 def shows_work(completion: str) -> bool:
@@ -32,6 +32,7 @@ class EvalResult:
     shows_work: float
     mean_length: float  # completion tokens, EOS included
     num_problems: int
+    missing: int = 0  # verdicts the verifier could not give (scored as wrong)
     samples: list[dict] = field(default_factory=list)
 
     def summary(self) -> dict:
@@ -45,9 +46,11 @@ def evaluate(
     examples: list[Example],
     data_cfg: DataConfig,
     cfg: EvalConfig,
-    verifier: Verifier,
+    correctness: RewardTerm,
     bar: PhaseBar,
 ) -> EvalResult:
+    """Greedy completions of `examples`, judged by the correctness term (the first reward
+    function). A missing verdict (None, error, timeout) counts as wrong and is counted."""
     if cfg.max_problems:
         examples = examples[: cfg.max_problems]
     device = next(model.parameters()).device
@@ -56,15 +59,19 @@ def evaluate(
     order = sorted(range(len(examples)), key=lambda i: len(prompts[i]))
     correct, worked, lengths = [0.0] * len(examples), [False] * len(examples), [0] * len(examples)
     texts = [""] * len(examples)
+    missing = 0
     for start in range(0, len(order), cfg.batch_size):
         rows = order[start : start + cfg.batch_size]
         ids, mask = encode_prompts(tokenizer, [prompts[i] for i in rows], device)
         out = generate(
             model, ids, mask, max_new_tokens=cfg.max_new_tokens, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id, greedy=True
         )
-        for row, text, length in zip(rows, decode_completions(tokenizer, out), out.lengths_B.tolist()):
+        batch_texts, batch_lengths = decode_completions(tokenizer, out), out.lengths_B.tolist()
+        verdicts = correctness.score([prompts[i] for i in rows], batch_texts, [examples[i] for i in rows], batch_lengths)
+        missing += sum(v is None for v in verdicts.values)
+        for row, text, length, verdict in zip(rows, batch_texts, batch_lengths, verdicts.values):
             texts[row], lengths[row] = text, length
-            correct[row] = float(verifier(text, examples[row].answer))
+            correct[row] = verdict or 0.0
             worked[row] = shows_work(text)
         bar.advance()
 
@@ -79,6 +86,7 @@ def evaluate(
         shows_work=sum(worked) / n,
         mean_length=sum(lengths) / n,
         num_problems=len(examples),
+        missing=missing,
         samples=[
             {"prompt": e.prompt, "completion": t, "answer": e.answer, "reward": c, "level": e.level}
             for e, t, c in zip(examples, texts, correct)

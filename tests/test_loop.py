@@ -1,0 +1,169 @@
+"""The loop's filters and reward handling on a real tiny model: dynamic sampling, missing rewards,
+KL in the reward, truncated completions left out."""
+
+import copy
+
+import pytest
+import torch
+
+import rlvr.loop as loop
+from rlvr.config import AlgoConfig, load_config
+from rlvr.metrics import read_jsonl_records
+from rlvr.models import build_char_tokenizer, build_tiny_model
+from rlvr.reward import RewardError, RewardTerm
+from rlvr.rollout import encode_prompts, generate
+from rlvr.tasks.arithmetic import make_splits
+from rlvr.update import rl_update
+
+TINY = [
+    "model.tiny.hidden_size=32", "model.tiny.num_layers=2", "model.tiny.intermediate_size=64",
+    "task.num_train=200", "task.num_eval=30", "rollout.max_new_tokens=10",
+    "rollout.group_size=4", "rollout.prompts_per_step=4", "train.micro_batch_size=8", "run.threads=1",
+    "train.lr=1e-3", "train.warmup_steps=1",
+]
+
+
+class Bar:
+    def advance(self, info=""):
+        pass
+
+
+def setup(overrides):
+    cfg = load_config(overrides=TINY + overrides)
+    tokenizer = build_char_tokenizer()
+    model = build_tiny_model(tokenizer, cfg.model.tiny, seed=0)
+    train, _ = make_splits(cfg.task, 0)
+    return cfg, tokenizer, model, train
+
+
+def term(fn, name="r"):
+    return [RewardTerm(name, 1.0, fn, batched=False)]
+
+
+def parity(completion, answer):
+    return float(len(completion) % 2 == 0)
+
+
+def flat_for_even_answers(completion, answer):
+    """Groups of even-answer problems all score 1 (no signal); the others score by parity."""
+    return 1.0 if int(answer) % 2 == 0 else parity(completion, answer)
+
+
+@pytest.fixture
+def updates(monkeypatch):
+    """Record what the loop hands to the update."""
+    seen = []
+
+    def spy(policy, optimizer, scheduler, rollouts, advantages_B, algo, **kw):
+        seen.append({"rows": rollouts.completion_ids_BT.shape[0], "adv": advantages_B.clone(), "include": kw["include_B"].clone()})
+        return rl_update(policy, optimizer, scheduler, rollouts, advantages_B, algo, **kw)
+
+    monkeypatch.setattr(loop, "rl_update", spy)
+    return seen
+
+
+def test_dynamic_sampling_fills_the_batch_with_informative_groups(tmp_path, updates):
+    cfg, tok, model, train = setup(["algo.dynamic_sampling=true", "algo.max_sampling_rounds=10", "train.steps=3"])
+    records = loop.grpo_train(model, tok, train, cfg, term(flat_for_even_answers), tmp_path, Bar())
+    G, P = 4, 4
+    for rec, upd in zip(records, updates):
+        assert upd["rows"] == P * G  # exactly a full batch, surplus groups trimmed
+        assert (upd["adv"].view(P, G) != 0).any(dim=1).all()  # every kept group has signal
+        assert rec["sampling/batch_fill"] == 1.0
+        assert rec["sampling/groups_dropped"] >= 0 and 1 <= rec["sampling/rounds"] <= 10
+    assert sum(r["sampling/groups_dropped"] for r in records) > 0  # even answers were dropped
+    assert read_jsonl_records(tmp_path / "metrics.jsonl")[0]["sampling/rounds"] == records[0]["sampling/rounds"]
+
+
+def test_dynamic_sampling_stops_after_max_rounds_and_skips_an_empty_batch(tmp_path, updates):
+    cfg, tok, model, train = setup(["algo.dynamic_sampling=true", "algo.max_sampling_rounds=3", "train.steps=2"])
+    before = copy.deepcopy(model.state_dict())
+    records = loop.grpo_train(model, tok, train, cfg, term(lambda c, a: 1.0), tmp_path, Bar())
+    assert not updates  # nothing informative: no update, weights untouched
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    for rec in records:
+        assert rec["sampling/rounds"] == 3 and rec["sampling/groups_dropped"] == 12 and rec["sampling/batch_fill"] == 0.0
+
+
+def test_missing_rewards_are_excluded_from_the_loss_and_counted(tmp_path, updates):
+    cfg, tok, model, train = setup(["train.steps=2"])
+
+    def half_missing(completion, answer):
+        return None if len(completion) % 3 == 0 else parity(completion, answer)
+
+    records = loop.grpo_train(model, tok, train, cfg, term(half_missing, "half"), tmp_path, Bar())
+    for rec, upd in zip(records, updates):
+        missing = rec["reward/missing"]
+        assert missing == rec["reward/half/missing"] == int((~upd["include"]).sum()) == rec["loss/excluded"]
+        assert (upd["adv"][~upd["include"]] == 0).all()
+        assert all(v is None or v == v for v in rec.values() if isinstance(v, float))  # no NaN anywhere
+    assert sum(r["reward/missing"] for r in records) > 0
+
+
+def test_too_many_missing_rewards_stop_the_run_with_the_cause(tmp_path):
+    cfg, tok, model, train = setup(["train.steps=2", "reward.max_missing_frac=0.5"])
+
+    def broken(completion, answer):
+        raise ConnectionError("judge unreachable")
+
+    with pytest.raises(RewardError, match=r"step 1: 100% of rewards are missing.*judge unreachable"):
+        loop.grpo_train(model, tok, train, cfg, term(broken, "judge"), tmp_path, Bar())
+
+
+def test_kl_in_reward_subtracts_beta_times_the_sequence_kl(tmp_path, monkeypatch):
+    cfg, tok, model, train = setup(["train.steps=2", "algo.beta=0.5", "algo.kl_in=reward", "algo.kl_estimator=k1"])
+    raw, kls, seen = [], [], []
+
+    def recording_parity(completion, answer):
+        raw.append(parity(completion, answer))
+        return raw[-1]
+
+    real_kl, real_adv = loop.sequence_kl_to_reference, loop.compute_advantages
+    monkeypatch.setattr(loop, "sequence_kl_to_reference", lambda *a, **k: kls.append(real_kl(*a, **k)) or kls[-1])
+    monkeypatch.setattr(loop, "compute_advantages", lambda r, *a: seen.append(r.clone()) or real_adv(r, *a))
+    records = loop.grpo_train(model, tok, train, cfg, term(recording_parity), tmp_path, Bar())
+    B = 16
+    for step in range(2):
+        expected = torch.tensor(raw[step * B : (step + 1) * B]) - 0.5 * kls[step]
+        torch.testing.assert_close(seen[step], expected)
+    assert (kls[0] == 0).all()  # the policy starts as the reference
+    assert kls[1].abs().sum() > 0  # one update later it has moved
+    assert records[1]["reward/kl_sequence"] == pytest.approx(float(kls[1].mean()))
+    assert all(r["loss/kl"] is None for r in records)  # no KL term in the loss
+
+
+def test_mask_truncated_leaves_cut_completions_out(tmp_path, updates):
+    cfg, tok, model, train = setup(["train.steps=1", "algo.mask_truncated=true", "rollout.max_new_tokens=6"])
+    records = loop.grpo_train(model, tok, train, cfg, term(parity), tmp_path, Bar())
+    truncated = records[0]["rollout/truncated_frac"] * 16
+    assert truncated > 0 and records[0]["loss/excluded"] == round(truncated)
+
+
+@pytest.mark.parametrize("aggregation", ["token_mean", "seq_mean_token_mean", "constant"])
+@pytest.mark.parametrize("beta", [0.0, 0.1])
+def test_excluded_rows_give_the_gradient_of_the_batch_without_them(aggregation, beta):
+    tokenizer = build_char_tokenizer()
+    cfg = load_config(overrides=TINY)
+    model = build_tiny_model(tokenizer, cfg.model.tiny, seed=0)
+    prompts = [p for p in ["1+2=", "3*4-5=", "9-8+7*6="] for _ in range(4)]
+    ids, mask = encode_prompts(tokenizer, prompts, torch.device("cpu"))
+    rollouts = generate(model, ids, mask, max_new_tokens=8, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
+                        generator=torch.Generator().manual_seed(3))
+    adv = torch.linspace(-1.0, 1.0, 12)
+    include = torch.tensor([True, False, True, True, False, True, True, True, True, False, True, True])
+
+    def grad(rollouts, adv, include):
+        policy = copy.deepcopy(model).train()
+        reference = copy.deepcopy(model).eval() if beta else None
+        opt = torch.optim.SGD(policy.parameters(), lr=0.0)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+        algo = AlgoConfig(aggregation=aggregation, beta=beta)
+        rl_update(policy, opt, sched, rollouts, adv, algo, reference=reference, temperature=1.0, max_new_tokens=8,
+                  micro_batch_size=5, max_grad_norm=0.0, include_B=include)
+        return torch.cat([p.grad.flatten() for p in policy.parameters()])
+
+    keep = torch.nonzero(include).squeeze(1)
+    with_exclusion = grad(rollouts, adv, include)
+    subset = grad(rollouts.select(keep), adv[keep], None)
+    assert with_exclusion.abs().sum() > 0
+    torch.testing.assert_close(with_exclusion, subset, atol=1e-6, rtol=1e-4)

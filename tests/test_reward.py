@@ -1,0 +1,108 @@
+"""Reward terms: weights, TRL-style functions by import path, missing rewards counted, never silent."""
+
+import math
+import textwrap
+
+import pytest
+import torch
+
+from rlvr.config import ConfigError, RewardConfig, load_config
+from rlvr.data import Example
+from rlvr.reward import RewardTerm, build_reward_terms, score_completions
+
+EXAMPLES = [Example("1+1=", "2", level=1, info={"source": "a"}), Example("2*3=", "6", level=2, info={"source": "b"})]
+
+
+@pytest.fixture
+def user_module(tmp_path, monkeypatch):
+    """A user's reward module on the import path, with TRL's reward signature."""
+    (tmp_path / "my_rewards.py").write_text(textwrap.dedent('''
+        calls = []
+
+        def brevity(prompts, completions, completion_lengths, answer, source, **kwargs):
+            calls.append(dict(prompts=prompts, answer=answer, source=source, level=kwargs["level"]))
+            return [1.0 / n for n in completion_lengths]
+
+        def sometimes_none(prompts, completions, **kwargs):
+            return [None if "?" in c else 0.5 for c in completions]
+
+        def wrong_length(prompts, completions, **kwargs):
+            return [1.0]
+
+        def boom(prompts, completions, **kwargs):
+            raise RuntimeError("reward server down")
+
+        not_callable = 3
+    '''))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import importlib, sys
+    sys.modules.pop("my_rewards", None)
+    return importlib.import_module("my_rewards")
+
+
+def score(cfg, completions, lengths, examples=EXAMPLES, max_new_tokens=8):
+    return score_completions(build_reward_terms(cfg), cfg, [e.prompt for e in examples], completions, examples, lengths, max_new_tokens)
+
+
+def test_terms_combine_by_weight_and_are_logged_one_by_one(user_module):
+    cfg = load_config(overrides=['reward.functions=["boxed_math", "my_rewards:brevity"]', "reward.weights=[1.0, 0.5]"]).reward
+    s = score(cfg, ["\\boxed{2}", "\\boxed{7}"], [4, 2])
+    assert s.total_B.tolist() == pytest.approx([1.0 + 0.5 / 4, 0.0 + 0.5 / 2])
+    m = s.metrics()
+    assert m["reward/boxed_math"] == 0.5 and m["reward/brevity"] == pytest.approx((0.25 + 0.5) / 2)
+    assert m["reward/boxed_math/missing"] == 0 and m["reward/brevity/errors"] == 0
+    # the batched function saw the prompts and every column, extra example fields included
+    (call,) = user_module.calls
+    assert call == {"prompts": ["1+1=", "2*3="], "answer": ["2", "6"], "source": ["a", "b"], "level": [1, 2]}
+
+
+def test_missing_values_make_the_reward_missing_and_are_counted(user_module):
+    cfg = RewardConfig(functions=["boxed_math", "my_rewards:sometimes_none"])
+    s = score(cfg, ["\\boxed{2}", "\\boxed{6}?"], [3, 3])
+    assert s.total_B[0] == pytest.approx(1.5) and math.isnan(s.total_B[1])
+    assert s.metrics()["reward/sometimes_none/missing"] == 1 and s.metrics()["reward/sometimes_none/errors"] == 0
+    # a term of weight 0 is logged but cannot make a reward missing
+    cfg = RewardConfig(functions=["boxed_math", "my_rewards:sometimes_none"], weights=[1.0, 0.0])
+    assert score(cfg, ["\\boxed{2}", "\\boxed{6}?"], [3, 3]).total_B.tolist() == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("name, why", [("wrong_length", "returned 1 rewards for 2"), ("boom", "reward server down")])
+def test_a_failing_batched_function_marks_its_batch_missing_with_the_error(user_module, name, why):
+    cfg = RewardConfig(functions=["boxed_math", f"my_rewards:{name}"])
+    s = score(cfg, ["\\boxed{2}", "\\boxed{6}"], [3, 3])
+    assert torch.isnan(s.total_B).all()
+    assert s.metrics()[f"reward/{name}/errors"] == 2 and why in s.problems()
+
+
+def test_a_verifier_that_raises_or_returns_junk_scores_nothing_silently():
+    def flaky(completion, answer):
+        if completion == "raise":
+            raise ValueError("cannot parse")
+        return {"nan": float("nan"), "inf": float("inf"), "none": None, "str": "1"}.get(completion, 1.0)
+
+    term = RewardTerm("flaky", 1.0, flaky, batched=False)
+    completions = ["raise", "nan", "inf", "none", "str", "ok"]
+    t = term.score([""] * 6, completions, [EXAMPLES[0]] * 6, [1] * 6)
+    assert t.values == [None, None, None, None, None, 1.0]
+    assert t.errors == 2 and "ValueError: cannot parse" in t.first_error  # raise and the string
+
+
+def test_overlong_term_uses_the_generation_limit():
+    cfg = RewardConfig(overlong_buffer_frac=0.25)  # max_new_tokens 8 -> L_cache 2: free up to 6
+    s = score(cfg, ["\\boxed{2}", "\\boxed{6}"], [7, 8])
+    assert s.terms["overlong"].values == pytest.approx([-0.5, -1.0])
+    assert s.total_B.tolist() == pytest.approx([0.5, 0.0])
+
+
+def test_bad_reward_functions_are_rejected_before_any_work(user_module):
+    with pytest.raises(ConfigError, match=r"reward.functions\[1\]: cannot import 'my_rewards:nope'"):
+        build_reward_terms(RewardConfig(functions=["boxed_math", "my_rewards:nope"]))
+    with pytest.raises(ConfigError, match=r"reward.functions\[0\]: cannot import 'no_such_module:f'"):
+        build_reward_terms(RewardConfig(functions=["no_such_module:f"]))
+    with pytest.raises(ConfigError, match="not callable"):
+        build_reward_terms(RewardConfig(functions=["my_rewards:not_callable"]))
+
+
+def test_duplicate_names_get_distinct_metric_keys(user_module):
+    names = [t.name for t in build_reward_terms(RewardConfig(functions=["boxed_math", "boxed_math", "my_rewards:brevity"]))]
+    assert names == ["boxed_math", "boxed_math_1", "brevity"]
