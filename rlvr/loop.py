@@ -17,12 +17,13 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from rlvr.algorithms import compute_advantages, group_stats, informative_groups
-from rlvr.config import Config
+from rlvr.config import AlgoConfig, Config
 from rlvr.data import Example, format_prompt
 from rlvr.metrics import JsonlWriter, PhaseBar
 from rlvr.models import frozen_copy
@@ -58,6 +59,59 @@ class Sampled:
 
     def rows(self, rows: torch.Tensor) -> "Sampled":
         return Sampled([self.examples[i] for i in rows.tolist()], self.rollouts.select(rows), [self.texts[i] for i in rows.tolist()], self.rewards_B[rows])
+
+
+@dataclass
+class StepSamples:
+    """Everything one step generated, and the training batch chosen from it."""
+
+    batch: Sampled | None  # prompts_per_step groups; fewer, or None, if dynamic sampling ran out of rounds
+    scores: Scores  # of every completion generated this step (what the step's reward metrics describe)
+    generated: list[Rollouts]  # every round's rollouts
+    rounds: int
+    dropped_groups: int
+    generate_s: float
+    verify_s: float
+
+
+def collect_batch(
+    sample_round: Callable[[], tuple[Sampled, Scores, float, float]],
+    prompts_per_step: int,
+    G: int,
+    algo: AlgoConfig,
+    pad_id: int,
+) -> StepSamples:
+    """One generation round, or, with DAPO dynamic sampling (Yu et al. 2025, sec. 3.2), rounds
+    until prompts_per_step groups with signal are kept (at most algo.max_sampling_rounds).
+    Groups whose rewards are all equal have zero advantage and zero gradient: dropping them keeps
+    the batch's effective size constant. Surplus groups of the last round are dropped."""
+    kept: list[Sampled] = []
+    all_scores, generated = [], []
+    gen_s = verify_s = 0.0
+    rounds = dropped = 0
+    while True:
+        rounds += 1
+        sampled, scores, g_s, v_s = sample_round()
+        all_scores.append(scores)
+        generated.append(sampled.rollouts)
+        gen_s, verify_s = gen_s + g_s, verify_s + v_s
+        if not algo.dynamic_sampling:
+            kept.append(sampled)
+            break
+        keep_N = informative_groups(sampled.rewards_B, G)
+        dropped += int((~keep_N).sum())
+        if keep_N.any():
+            kept.append(sampled.rows(torch.nonzero(keep_N.repeat_interleave(G)).squeeze(1)))
+        if sum(len(k.texts) for k in kept) >= prompts_per_step * G or rounds >= algo.max_sampling_rounds:
+            break
+    batch = None
+    if kept:
+        batch = Sampled(
+            [e for k in kept for e in k.examples], concat_rollouts([k.rollouts for k in kept], pad_id),
+            [t for k in kept for t in k.texts], torch.cat([k.rewards_B for k in kept]),
+        )
+        batch = batch.rows(torch.arange(min(len(batch.texts), prompts_per_step * G)))
+    return StepSamples(batch, Scores.merge(all_scores), generated, rounds, dropped, gen_s, verify_s)
 
 
 def grpo_train(
@@ -102,28 +156,10 @@ def grpo_train(
     with JsonlWriter(run_dir / "metrics.jsonl") as metrics_out, JsonlWriter(run_dir / "samples.jsonl") as samples_out:
         for step in range(1, tc.steps + 1):
             t_start = time.perf_counter()
-            # ---- rollout + verify, over one or more rounds (dynamic sampling) ----------------
-            kept: list[Sampled] = []
-            all_scores: list[Scores] = []
-            generated: list[Rollouts] = []
-            gen_s = verify_s = 0.0
-            rounds = dropped = 0
-            while True:
-                rounds += 1
-                sampled, scores, g_s, v_s = sample_round(stream.take(rc.prompts_per_step))
-                all_scores.append(scores)
-                generated.append(sampled.rollouts)
-                gen_s, verify_s = gen_s + g_s, verify_s + v_s
-                if not ac.dynamic_sampling:
-                    kept.append(sampled)
-                    break
-                keep_N = informative_groups(sampled.rewards_B, G)
-                dropped += int((~keep_N).sum())
-                if keep_N.any():
-                    kept.append(sampled.rows(torch.nonzero(keep_N.repeat_interleave(G)).squeeze(1)))
-                if sum(len(k.texts) for k in kept) >= rc.prompts_per_step * G or rounds >= ac.max_sampling_rounds:
-                    break
-            scores = Scores.merge(all_scores)
+            step_samples = collect_batch(
+                lambda: sample_round(stream.take(rc.prompts_per_step)), rc.prompts_per_step, G, ac, tokenizer.pad_token_id
+            )
+            batch, scores = step_samples.batch, step_samples.scores
             missing_frac = float((~torch.isfinite(scores.total_B)).float().mean())
             if missing_frac > cfg.reward.max_missing_frac:
                 raise RewardError(
@@ -132,21 +168,14 @@ def grpo_train(
                 )
             t_verified = time.perf_counter()
 
-            # ---- advantages + update ----------------------------------------------------------
             record: dict = {"step": step, **group_stats(scores.total_B, G), **scores.metrics(), "loss/kl": None}
             if ac.dynamic_sampling:
                 record.update({
-                    "sampling/rounds": rounds,
-                    "sampling/groups_dropped": dropped,
-                    "sampling/batch_fill": min(1.0, sum(len(k.texts) for k in kept) / (rc.prompts_per_step * G)),
+                    "sampling/rounds": step_samples.rounds,
+                    "sampling/groups_dropped": step_samples.dropped_groups,
+                    "sampling/batch_fill": (len(batch.texts) if batch else 0) / (rc.prompts_per_step * G),
                 })
-            batch = None
-            if kept:
-                rows = torch.arange(min(sum(len(k.texts) for k in kept), rc.prompts_per_step * G))
-                batch = Sampled(
-                    [e for k in kept for e in k.examples], concat_rollouts([k.rollouts for k in kept], tokenizer.pad_token_id),
-                    [t for k in kept for t in k.texts], torch.cat([k.rewards_B for k in kept]),
-                ).rows(rows)  # a full batch exactly: surplus groups of the last round are dropped
+            if batch is not None:
                 rewards_B = batch.rewards_B
                 if reference is not None and ac.kl_in == "reward":
                     kl_B = sequence_kl_to_reference(
@@ -156,7 +185,7 @@ def grpo_train(
                     rewards_B = rewards_B - ac.beta * kl_B
                     record["reward/kl_sequence"] = float(kl_B.mean())
                 advantages_B = compute_advantages(rewards_B, G, ac.estimator, ac.std_scale, ac.adv_eps)
-                include_B = torch.isfinite(rewards_B)
+                include_B = torch.isfinite(rewards_B)  # missing rewards: out of the loss entirely
                 if ac.mask_truncated:
                     include_B &= ~batch.rollouts.truncated_B
                 record.update(rl_update(
@@ -166,15 +195,16 @@ def grpo_train(
                 ))
             t_end = time.perf_counter()
 
+            generated = step_samples.generated
             lengths_B = torch.cat([r.lengths_B for r in generated])
             n_tokens = int(lengths_B.sum())
             record.update({
                 "rollout/mean_length": float(lengths_B.float().mean()),
                 "rollout/truncated_frac": float(torch.cat([r.truncated_B for r in generated]).float().mean()),
                 "rollout/entropy": sum(r.entropy_sum for r in generated) / max(n_tokens, 1),
-                "rollout/tokens_per_s": n_tokens / max(gen_s, 1e-9),
-                "time/generate": gen_s,
-                "time/verify": verify_s,
+                "rollout/tokens_per_s": n_tokens / max(step_samples.generate_s, 1e-9),
+                "time/generate": step_samples.generate_s,
+                "time/verify": step_samples.verify_s,
                 "time/update": t_end - t_verified,
                 "time/step": t_end - t_start,
             })
