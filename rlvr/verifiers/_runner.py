@@ -1,0 +1,313 @@
+"""Runs inside the sandbox: executes an untrusted program on the tests, reports raw results.
+
+Standard library only, and never imported by rlvr: the host starts it as a script with
+a JSON job on stdin and reads one JSON line per test on stdout. It judges nothing:
+the host compares the reported values with the expected ones, which never enter the
+sandbox when a test compares against a literal.
+
+Trust split inside the sandbox. This runner forks a child for the untrusted code; the
+child drops to an unprivileged uid (when the sandbox gives it the capability to),
+sets its resource limits, loses every descriptor but its own pipe, and only then runs
+the program. So the program can corrupt the child's own reports (it runs in the same
+process) but cannot reach the runner's stdout, and the runner kills a child that
+overruns its per-test time.
+
+Job: {"mode": "asserts" | "io", "program": str, "setup": str, "probes": [expr, ...],
+"inputs": [stdin, ...], "uid": int | null, "limits": {...}}.
+Lines out: {"id": i, "value": TAGGED} | {"id": i, "error": NAME} (asserts) and
+{"id": i, "stdout": str, "truncated": bool, "exit": int, "error"?: NAME} (io), where
+"exit" is the exit code, minus the signal number when killed, -1 when timed out.
+"""
+
+import json
+import os
+import resource
+import select
+import signal
+import sys
+import time
+
+_MAX_NODES = 100_000  # values larger than this are not reported (an error instead)
+_MAX_DEPTH = 100
+_IN_OWN_PID_NAMESPACE = False  # set from the job: true only under bwrap
+
+
+# ------------------------------------------------------------------- child side
+
+
+def _confine(job):
+    """Drop privileges and set limits; runs in the child before any untrusted code."""
+    limits = job["limits"]
+    uid = job.get("uid")
+    if uid is not None:
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)  # from uid 0, this also clears every capability
+    for name, value in (
+        ("RLIMIT_AS", limits["memory_bytes"]),
+        ("RLIMIT_CPU", limits["cpu_s"]),
+        ("RLIMIT_FSIZE", limits["file_bytes"]),
+        ("RLIMIT_NOFILE", limits["open_files"]),
+        ("RLIMIT_CORE", 0),
+        ("RLIMIT_NPROC", limits["processes"]),
+    ):
+        resource.setrlimit(getattr(resource, name), (value, value))
+
+
+def _redirect(stdin_fd, stdout_fd, keep):
+    """Make fds 0/1/2 the given ones (stderr to /dev/null) and close every other fd."""
+    null = os.open("/dev/null", os.O_RDWR)
+    os.dup2(stdin_fd if stdin_fd is not None else null, 0)
+    os.dup2(stdout_fd if stdout_fd is not None else null, 1)
+    os.dup2(null, 2)
+    for fd in range(3, 1024):
+        if fd != keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    sys.stdin = open(0, "r", encoding="utf-8", errors="replace", closefd=False)
+    sys.stdout = open(1, "w", encoding="utf-8", errors="replace", closefd=False)
+    sys.stderr = open(2, "w", encoding="utf-8", errors="replace", closefd=False)
+
+
+def _tag(value, budget, depth=0):
+    """Plain data as tagged JSON. Exact types only: an ``int`` subclass with a custom
+    ``__eq__`` (or any other object) is not data and is refused."""
+    budget[0] -= 1
+    if budget[0] < 0 or depth > _MAX_DEPTH:
+        raise ValueError("value too large")
+    t = type(value)
+    if value is None:
+        return ["none"]
+    if t is bool:
+        return ["bool", value]
+    if t is int:
+        return ["int", format(value, "x")]  # hex: no int->str digit limit
+    if t is float:
+        return ["float", value.hex()]
+    if t is complex:
+        return ["complex", value.real.hex(), value.imag.hex()]
+    if t is str:
+        return ["str", value]
+    if t is bytes:
+        return ["bytes", value.hex()]
+    if t in (list, tuple, set, frozenset):
+        return [t.__name__, [_tag(v, budget, depth + 1) for v in value]]
+    if t is dict:
+        return ["dict", [[_tag(k, budget, depth + 1), _tag(v, budget, depth + 1)] for k, v in value.items()]]
+    raise TypeError("not plain data: " + t.__name__)
+
+
+def _asserts_child(job, start, out_fd):
+    """Load the program and the setup, then evaluate probes from ``start`` on."""
+    write, dumps = os.write, json.dumps  # bound before the program can patch them
+
+    def send(obj):
+        write(out_fd, (dumps(obj) + "\n").encode())
+
+    namespace = {"__name__": "solution", "__builtins__": __builtins__}
+    try:
+        exec(compile(job["program"], "solution.py", "exec"), namespace)
+        if job.get("setup"):
+            exec(compile(job["setup"], "setup.py", "exec"), namespace)
+    except BaseException as err:  # SystemExit at import included: it is a failure
+        send({"load_error": type(err).__name__})
+        return
+    send({"loaded": True})
+    for i in range(start, len(job["probes"])):
+        try:
+            value = eval(compile(job["probes"][i], "test.py", "eval"), namespace)
+            send({"id": i, "value": _tag(value, [_MAX_NODES])})
+        except BaseException as err:
+            send({"id": i, "error": type(err).__name__})
+
+
+def _io_child(job, i):
+    """Run the program as ``__main__`` with test ``i``'s stdin."""
+    code = 0
+    try:
+        exec(compile(job["program"], "solution.py", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+    except SystemExit as err:
+        code = err.code if isinstance(err.code, int) else (0 if err.code is None else 1)
+    except BaseException:
+        code = 1
+    try:
+        sys.stdout.flush()
+    except BaseException:
+        code = code or 1
+    return code
+
+
+def _spawn(job, target, stdin_fd=None):
+    """Fork a confined child running ``target(out_fd)``; returns (pid, read end)."""
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 70
+        try:
+            os.close(read_fd)
+            if job["mode"] == "io":
+                _redirect(stdin_fd, write_fd, keep=-1)
+                _confine(job)
+                code = target(1)
+            else:
+                _redirect(None, None, keep=write_fd)
+                _confine(job)
+                target(write_fd)
+                code = 0
+        finally:
+            os._exit(code if isinstance(code, int) and 0 <= code < 256 else 1)
+    os.close(write_fd)
+    if stdin_fd is not None:
+        os.close(stdin_fd)
+    return pid, read_fd
+
+
+def _kill(pid):
+    """Kill and reap a test's child (not yet reaped, so its pid cannot be reused)."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+    _kill_leftovers()
+
+
+def _kill_leftovers():
+    """Inside the sandbox's PID namespace, kill everything a test started.
+
+    ``kill(-1)`` reaches every process but init and the caller: in our own PID
+    namespace that is exactly the untrusted processes (a fork bomb, a ``setsid``
+    grandchild), so the next test starts clean. Outside one it would hit the whole
+    host account, hence the two checks.
+    """
+    if _IN_OWN_PID_NAMESPACE and os.getpid() <= 2:
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _exit_status(pid, deadline):
+    """Exit code of ``pid`` (-signal when killed), or -1 after killing it at ``deadline``."""
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status) if status >= 0 else 1
+        if time.monotonic() > deadline:
+            _kill(pid)
+            return -1
+        time.sleep(0.002)
+
+
+# ------------------------------------------------------------------ runner side
+
+
+def _emit(obj):
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def _run_asserts(job):
+    limits = job["limits"]
+    n, start = len(job["probes"]), 0
+    while start < n:
+        pid, fd = _spawn(job, lambda out_fd, s=start: _asserts_child(job, s, out_fd))
+        buffer, expected = b"", start
+        deadline = time.monotonic() + limits["test_s"]  # the load gets one test's time
+        loaded = False
+        while expected < n:
+            wait = deadline - time.monotonic()
+            ready = select.select([fd], [], [], max(wait, 0))[0] if wait > 0 else []
+            if not ready:  # this test (or the load) ran out of time
+                break
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break  # the child exited (or was killed) before reporting everything
+            buffer += chunk
+            if len(buffer) > limits["output_bytes"]:
+                break
+            *lines, buffer = buffer.split(b"\n")
+            for line in lines:
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    msg = None
+                if not isinstance(msg, dict):
+                    continue
+                if "load_error" in msg and not loaded:
+                    for i in range(expected, n):
+                        _emit({"id": i, "error": "LoadError:" + str(msg["load_error"])[:100]})
+                    expected = n
+                    break
+                if msg.get("loaded") is True and not loaded:
+                    loaded = True
+                elif loaded and msg.get("id") == expected and ("value" in msg or "error" in msg):
+                    if "value" in msg:
+                        _emit({"id": expected, "value": msg["value"]})
+                    else:
+                        _emit({"id": expected, "error": str(msg["error"])[:100]})
+                    expected += 1
+                else:
+                    continue  # noise does not buy time: only progress resets the clock
+                deadline = time.monotonic() + limits["test_s"]
+        _kill(pid)
+        os.close(fd)
+        if expected >= n:
+            return
+        if not loaded:  # every restart would load the same program the same way
+            for i in range(expected, n):
+                _emit({"id": i, "error": "LoadFailed"})
+            return
+        _emit({"id": expected, "error": "Timeout" if time.monotonic() >= deadline else "Died"})
+        start = expected + 1
+
+
+def _run_io(job):
+    limits = job["limits"]
+    cap = limits["output_bytes"]
+    for i, stdin_text in enumerate(job["inputs"]):
+        stdin_fd = os.memfd_create("stdin")  # private to the runner and this child
+        os.write(stdin_fd, stdin_text.encode())
+        os.lseek(stdin_fd, 0, os.SEEK_SET)
+        pid, fd = _spawn(job, lambda _fd, i=i: _io_child(job, i), stdin_fd=stdin_fd)
+        deadline = time.monotonic() + limits["test_s"]
+        out, error = b"", None
+        while True:
+            wait = deadline - time.monotonic()
+            ready = select.select([fd], [], [], wait)[0] if wait > 0 else []
+            if not ready:
+                error = "Timeout"
+                break
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            out += chunk
+            if len(out) > cap:
+                error = "OutputLimit"
+                break
+        os.close(fd)
+        code = _exit_status(pid, deadline if error is None else 0)
+        _kill_leftovers()
+        if code == -1 and error is None:
+            error = "Timeout"
+        result = {"id": i, "stdout": out[:cap].decode("utf-8", "replace"), "truncated": len(out) > cap, "exit": code}
+        if error:
+            result["error"] = error
+        _emit(result)
+
+
+def main():
+    global _IN_OWN_PID_NAMESPACE
+    job = json.loads(sys.stdin.buffer.read())
+    _IN_OWN_PID_NAMESPACE = job.get("pid_namespace") is True
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    (_run_io if job["mode"] == "io" else _run_asserts)(job)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,239 @@
+"""Score many completions in worker processes, with a hard timeout per item.
+
+Timeouts here are enforced from outside: a worker that overruns its item is killed
+(SIGKILL) and replaced, so a verifier stuck in C code or a runaway sandbox cannot
+stall training, and no signal handler is needed in the caller (signals work only on
+the main thread; a timeout that silently fails in a thread or a Ray worker once made
+every score 0 elsewhere). Errors and timeouts come back as ``None`` and are counted,
+never scored as 0.
+
+API (for the training loop)::
+
+    pool = VerifierPool("boxed_math", workers=2, timeout_s=10.0)   # or "pkg.mod:fn", or a
+    result = pool.score(completions, answers)                      # picklable function
+    result.scores        # list[float | None], in input order; None = error or timeout
+    result.errors, result.timeouts, result.messages, result.seconds
+    result.metrics()     # {"verify/errors": ..., "verify/timeouts": ..., "verify/seconds": ...,
+                         #  "verify/items_per_s": ...}
+    pool.close()         # or use it as a context manager
+
+    score_all("python_code", completions, answers, workers=2, timeout_s=30.0)  # one-shot
+
+``score`` may be called from any thread (one batch at a time per pool; a lock
+serialises callers). Workers start with ``spawn`` (no state inherited from a
+threaded parent) and are reused across calls; starting one costs about half a second.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import multiprocessing
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from typing import Any, Callable, Sequence, Union
+
+__all__ = ["PoolResult", "VerifierPool", "score_all"]
+
+VerifierSpec = Union[str, Callable[[str, str], float]]
+_MAX_MESSAGES = 20  # error messages kept per batch (the counts are complete)
+
+
+@dataclass
+class PoolResult:
+    """Scores of one batch, in input order, and what went wrong."""
+
+    scores: list[float | None]
+    errors: int = 0
+    timeouts: int = 0
+    messages: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def metrics(self) -> dict[str, float]:
+        n = len(self.scores)
+        return {
+            "verify/errors": float(self.errors),
+            "verify/timeouts": float(self.timeouts),
+            "verify/seconds": self.seconds,
+            "verify/items_per_s": n / self.seconds if self.seconds > 0 else 0.0,
+        }
+
+
+def resolve_verifier(spec: VerifierSpec) -> Callable[[str, str], float]:
+    """A callable from a registered name, a ``"module:function"`` path or a callable."""
+    if callable(spec):
+        return spec
+    if ":" in spec:
+        module, _, name = spec.partition(":")
+        try:
+            return getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError) as err:
+            raise ValueError(f"cannot import verifier {spec!r}: {err}") from None
+    from rlvr.verifiers import get_verifier
+
+    return get_verifier(spec)
+
+
+def _worker_main(conn: Connection, spec: VerifierSpec) -> None:
+    try:
+        fn = resolve_verifier(spec)
+    except BaseException as err:
+        conn.send(("init_error", f"{type(err).__name__}: {err}"))
+        return
+    conn.send(("ready", None))
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        if message is None:
+            return
+        index, completion, answer = message
+        try:
+            score = float(fn(completion, answer))
+            if not math.isfinite(score):
+                raise ValueError(f"non-finite score {score}")
+            conn.send((index, score, None))
+        except BaseException as err:  # a verifier bug is an error, not a 0
+            conn.send((index, None, f"{type(err).__name__}: {err}"[:300]))
+
+
+class _Worker:
+    def __init__(self, ctx: Any, spec: VerifierSpec) -> None:
+        self.conn, child = ctx.Pipe(duplex=True)
+        self.process = ctx.Process(target=_worker_main, args=(child, spec), daemon=True)
+        self.process.start()
+        child.close()
+        self.ready = False
+        self.item: int | None = None
+        self.deadline = math.inf
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.join(timeout=5)  # SIGKILL cannot be ignored; a D-state worker is abandoned
+        self.conn.close()
+
+
+class VerifierPool:
+    """Worker processes that score ``(completion, answer)`` pairs with a verifier."""
+
+    def __init__(self, verifier: VerifierSpec, *, workers: int = 2, timeout_s: float = 10.0) -> None:
+        if workers < 1 or timeout_s <= 0:
+            raise ValueError("workers must be >= 1 and timeout_s > 0")
+        resolve_verifier(verifier)  # fail here, clearly, not in a worker
+        self.spec, self.timeout_s = verifier, timeout_s
+        self._ctx = multiprocessing.get_context("spawn")
+        self._workers = [_Worker(self._ctx, verifier) for _ in range(workers)]
+        self._lock = threading.Lock()
+        self._startup_deaths = 0  # workers that died before ready: a broken set-up
+
+    def __enter__(self) -> VerifierPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for worker in self._workers:
+            try:
+                worker.conn.send(None)
+            except OSError:
+                pass
+        for worker in self._workers:
+            worker.process.join(timeout=1)
+            if worker.process.is_alive():
+                worker.kill()
+        self._workers = []
+
+    def score(self, completions: Sequence[str], answers: Sequence[str]) -> PoolResult:
+        if len(completions) != len(answers):
+            raise ValueError(f"{len(completions)} completions but {len(answers)} answers")
+        with self._lock:
+            if not self._workers:
+                raise RuntimeError("the pool is closed")
+            return self._score(list(completions), list(answers))
+
+    def _score(self, completions: list[str], answers: list[str]) -> PoolResult:
+        start = time.monotonic()
+        result = PoolResult(scores=[None] * len(completions))
+        pending = deque(range(len(completions)))
+        done = 0
+
+        def fail(worker: _Worker, message: str, timeout: bool) -> None:
+            nonlocal done
+            if timeout:
+                result.timeouts += 1
+            else:
+                result.errors += 1
+            if len(result.messages) < _MAX_MESSAGES:
+                result.messages.append(f"item {worker.item}: {message}")
+            done += 1
+            self._replace(worker)
+
+        while done < len(completions):
+            for worker in self._workers:
+                if worker.ready and worker.item is None and pending:
+                    worker.item = pending.popleft()
+                    worker.deadline = time.monotonic() + self.timeout_s
+                    worker.conn.send((worker.item, completions[worker.item], answers[worker.item]))
+            now = time.monotonic()
+            next_deadline = min((w.deadline for w in self._workers if w.item is not None), default=math.inf)
+            waitables = [w.conn for w in self._workers] + [w.process.sentinel for w in self._workers]
+            ready = set(wait(waitables, timeout=max(0.0, min(next_deadline - now, 1.0))))
+            for worker in list(self._workers):
+                if worker.conn in ready:
+                    try:
+                        message = worker.conn.recv()
+                    except (EOFError, OSError):
+                        message = None
+                    if message is None:  # the worker died; its sentinel says so below
+                        pass
+                    elif message[0] == "ready":
+                        worker.ready = True
+                    elif message[0] == "init_error":
+                        self.close()
+                        raise RuntimeError(f"verifier worker failed to start: {message[1]}")
+                    elif message[0] == worker.item:
+                        index, score, error = message
+                        if error is None:
+                            result.scores[index] = score
+                        else:
+                            result.errors += 1
+                            if len(result.messages) < _MAX_MESSAGES:
+                                result.messages.append(f"item {index}: {error}")
+                        worker.item, worker.deadline = None, math.inf
+                        done += 1
+                        continue
+                if worker.process.sentinel in ready and not worker.process.is_alive():
+                    if worker.item is not None:
+                        fail(worker, f"worker died (exit code {worker.process.exitcode})", timeout=False)
+                    else:
+                        self._startup_deaths += 0 if worker.ready else 1
+                        if self._startup_deaths > 3 * len(self._workers):
+                            self.close()
+                            raise RuntimeError("verifier workers keep dying before they are ready")
+                        self._replace(worker)
+                elif worker.item is not None and time.monotonic() > worker.deadline:
+                    fail(worker, f"timed out after {self.timeout_s:g}s", timeout=True)
+        result.seconds = time.monotonic() - start
+        return result
+
+    def _replace(self, worker: _Worker) -> None:
+        worker.kill()
+        self._workers[self._workers.index(worker)] = _Worker(self._ctx, self.spec)
+
+
+def score_all(
+    verifier: VerifierSpec,
+    completions: Sequence[str],
+    answers: Sequence[str],
+    *,
+    workers: int = 2,
+    timeout_s: float = 10.0,
+) -> PoolResult:
+    """Score one batch with a temporary :class:`VerifierPool` (see the module doc)."""
+    with VerifierPool(verifier, workers=workers, timeout_s=timeout_s) as pool:
+        return pool.score(completions, answers)

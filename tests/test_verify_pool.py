@@ -1,0 +1,100 @@
+"""The verification pool: ordered scores, hard per-item timeouts, errors counted not scored."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+
+import pytest
+
+from rlvr.verifiers import boxed_math
+from rlvr.verifiers.pool import VerifierPool, score_all
+
+
+# Verifiers for the tests: module-level, so spawned workers can import them by name.
+def sleepy(completion: str, answer: str) -> float:
+    if completion == "hang":
+        time.sleep(3600)
+    return 1.0 if completion == answer else 0.0
+
+
+def broken(completion: str, answer: str) -> float:
+    if completion == "raise":
+        raise ZeroDivisionError("boom")
+    if completion == "die":
+        os._exit(3)
+    if completion == "nan":
+        return float("nan")
+    return 1.0
+
+
+COMPLETIONS = [r"\boxed{42}", r"\boxed{41}", r"so \boxed{\frac{1}{2}}", "no box", r"\boxed{41} \boxed{42}"] * 4
+ANSWERS = ["42", "42", "0.5", "42", "42"] * 4
+
+
+@pytest.fixture(scope="module")
+def math_pool():
+    with VerifierPool("boxed_math", workers=2, timeout_s=10.0) as pool:
+        yield pool
+
+
+def test_scores_match_direct_calls_in_order(math_pool: VerifierPool) -> None:
+    result = math_pool.score(COMPLETIONS, ANSWERS)
+    assert result.scores == [boxed_math(c, a) for c, a in zip(COMPLETIONS, ANSWERS)]
+    assert (result.errors, result.timeouts, result.messages) == (0, 0, [])
+    assert result.metrics()["verify/items_per_s"] > 0
+
+
+def test_same_scores_from_a_thread(math_pool: VerifierPool) -> None:
+    out: list = []
+    worker = threading.Thread(target=lambda: out.append(math_pool.score(COMPLETIONS, ANSWERS)))
+    worker.start()
+    worker.join(timeout=60)
+    assert not worker.is_alive()
+    assert out[0].scores == [boxed_math(c, a) for c, a in zip(COMPLETIONS, ANSWERS)]
+
+
+def test_a_hung_item_times_out_without_hanging_the_caller() -> None:
+    completions = ["a", "hang", "b", "c", "hang", "d"]
+    start = time.monotonic()
+    result = score_all(sleepy, completions, ["a", "x", "b", "x", "x", "d"], workers=2, timeout_s=1.0)
+    elapsed = time.monotonic() - start
+    assert result.scores == [1.0, None, 1.0, 0.0, None, 1.0]
+    assert (result.timeouts, result.errors) == (2, 0)
+    assert all("timed out" in m for m in result.messages)
+    assert elapsed < 15, f"{elapsed:.1f}s"  # two timeouts + worker restarts, not an hour
+
+
+def test_errors_are_counted_not_scored() -> None:
+    result = score_all(broken, ["ok", "raise", "die", "nan", "ok"], ["x"] * 5, workers=2, timeout_s=10.0)
+    assert result.scores == [1.0, None, None, None, 1.0]
+    assert (result.errors, result.timeouts) == (3, 0)
+    joined = " ".join(result.messages)
+    assert "ZeroDivisionError: boom" in joined and "worker died" in joined and "non-finite" in joined
+
+
+def test_verifier_by_import_path_and_bad_specs() -> None:
+    result = score_all("rlvr.verifiers.format:think_format", ["<think>a</think> b", "b"], ["", ""], workers=1)
+    assert result.scores == [1.0, 0.0]
+    with pytest.raises(ValueError, match="unknown verifier"):
+        VerifierPool("no_such_verifier")
+    with pytest.raises(ValueError, match="cannot import"):
+        VerifierPool("no_such_module:fn")
+    with pytest.raises(ValueError, match="completions but"):
+        score_all("boxed_math", ["a"], [], workers=1)
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None or os.geteuid() != 0, reason="needs bwrap, run as root")
+def test_killing_a_worker_mid_sandbox_leaves_no_process() -> None:
+    from test_verifier_code import sandbox_processes  # the same /proc scan
+
+    program = "```python\nimport time\ndef f():\n    time.sleep(3600)\n```"
+    tests = '{"asserts": ["assert f() == 1"] }'
+    result = score_all("python_code", [program], [tests], workers=1, timeout_s=0.5)
+    assert result.scores == [None] and result.timeouts == 1
+    deadline = time.monotonic() + 1.0  # the runner itself would stop the job only after 2 s
+    while sandbox_processes() and time.monotonic() < deadline:
+        time.sleep(0.05)  # bwrap's --die-with-parent fires as the worker dies
+    assert sandbox_processes() == []
