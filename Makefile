@@ -8,7 +8,7 @@ VENV   ?= .venv
 TORCH  ?= torch==2.13.0
 BIN     = $(VENV)/bin
 
-.PHONY: lab test install
+.PHONY: lab test install bwrap
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +19,12 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e ".[test]"
 	touch $@
 
-install: $(VENV)/.installed
+# bubblewrap sandboxes the code verifier; install it when missing and apt-get can (root, as in CI).
+bwrap:
+	@command -v bwrap >/dev/null || ! command -v apt-get >/dev/null || [ "$$(id -u)" != 0 ] || \
+		(apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null)
+
+install: $(VENV)/.installed bwrap
 
 lab: install
 	$(BIN)/rlvr lab $(ARGS)

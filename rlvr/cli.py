@@ -1,10 +1,11 @@
-"""The `rlvr` command: lab | train | config.
+"""The `rlvr` command: lab | train | config | audit-reward.
 
     rlvr lab                           the built-in CPU lab with its defaults
     rlvr lab algo.beta=0.04            ... with any field overridden by dotted key
     rlvr train my.toml train.lr=1e-6   your model and data, from a TOML file
     rlvr train my.toml --dry-run       load and validate config and data, then stop
     rlvr config                        every field with its default and meaning
+    rlvr audit-reward mypkg.rewards:fn  probe a reward function for known reward hacks
 """
 
 from __future__ import annotations
@@ -92,6 +93,26 @@ def show_config() -> None:
     for name, default, help_text in field_help():
         table.add_row(name, default, help_text)
     Console().print(table)
+
+
+@app.command("audit-reward")
+def audit_reward_command(
+    spec: str = typer.Argument(..., help="A registered verifier (boxed_math, python_code, ...) or module:function."),
+    domain: Optional[str] = typer.Option(None, help="Probe suite: math, code or format (default: from the verifier, else math)."),
+    batched: Optional[bool] = typer.Option(None, "--batched/--per-item", help="Force the signature (default: detected)."),
+    timeout: float = typer.Option(10.0, help="Seconds per probe before it counts as a timeout."),
+    workers: int = typer.Option(2, help="Worker processes."),
+) -> None:
+    """Run a reward function on reward-hacking probes; exit 1 on any false positive, error or timeout."""
+    from rlvr.audit import audit_reward, format_report
+
+    try:
+        report = audit_reward(spec, domain=domain, batched=batched, workers=workers, timeout_s=timeout)
+    except (ValueError, RuntimeError) as err:
+        console.print(f"[red]error:[/] {err}")
+        raise typer.Exit(2) from None
+    sys.stdout.write(format_report(report) + "\n")
+    raise typer.Exit(0 if report.passed else 1)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -12,6 +12,7 @@ API (for the training loop)::
     pool = VerifierPool("boxed_math", workers=2, timeout_s=10.0)   # or "pkg.mod:fn", or a
     result = pool.score(completions, answers)                      # picklable function
     result.scores        # list[float | None], in input order; None = error or timeout
+    result.item_seconds  # list[float]: time of each item inside its worker
     result.errors, result.timeouts, result.messages, result.seconds
     result.metrics()     # {"verify/errors": ..., "verify/timeouts": ..., "verify/seconds": ...,
                          #  "verify/items_per_s": ...}
@@ -47,6 +48,7 @@ class PoolResult:
     """Scores of one batch, in input order, and what went wrong."""
 
     scores: list[float | None]
+    item_seconds: list[float] = field(default_factory=list)  # a timed-out item counts timeout_s
     errors: int = 0
     timeouts: int = 0
     messages: list[str] = field(default_factory=list)
@@ -92,13 +94,14 @@ def _worker_main(conn: Connection, spec: VerifierSpec) -> None:
         if message is None:
             return
         index, completion, answer = message
+        start = time.perf_counter()
         try:
             score = float(fn(completion, answer))
             if not math.isfinite(score):
                 raise ValueError(f"non-finite score {score}")
-            conn.send((index, score, None))
+            conn.send((index, score, None, time.perf_counter() - start))
         except BaseException as err:  # a verifier bug is an error, not a 0
-            conn.send((index, None, f"{type(err).__name__}: {err}"[:300]))
+            conn.send((index, None, f"{type(err).__name__}: {err}"[:300], time.perf_counter() - start))
 
 
 class _Worker:
@@ -158,7 +161,7 @@ class VerifierPool:
 
     def _score(self, completions: list[str], answers: list[str]) -> PoolResult:
         start = time.monotonic()
-        result = PoolResult(scores=[None] * len(completions))
+        result = PoolResult(scores=[None] * len(completions), item_seconds=[0.0] * len(completions))
         pending = deque(range(len(completions)))
         done = 0
 
@@ -166,6 +169,7 @@ class VerifierPool:
             nonlocal done
             if timeout:
                 result.timeouts += 1
+                result.item_seconds[worker.item] = self.timeout_s  # type: ignore[index]
             else:
                 result.errors += 1
             if len(result.messages) < _MAX_MESSAGES:
@@ -197,7 +201,8 @@ class VerifierPool:
                         self.close()
                         raise RuntimeError(f"verifier worker failed to start: {message[1]}")
                     elif message[0] == worker.item:
-                        index, score, error = message
+                        index, score, error, seconds = message
+                        result.item_seconds[index] = seconds
                         if error is None:
                             result.scores[index] = score
                         else:

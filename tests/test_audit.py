@@ -1,0 +1,131 @@
+"""The reward audit: ours pass with no false positive; lenient, hanging and raising rewards
+are caught. The lenient rewards below are the kind that get gamed in practice."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from rlvr.audit import audit_reward, format_report, is_batched, probes_for
+from rlvr.verifiers.code import extract_program, parse_tests
+
+
+# Rewards to audit: module-level so the pool's spawned workers import them by name.
+def last_number(completion: str, answer: str) -> float:
+    """Lenient math: the last number anywhere in the text."""
+    numbers = re.findall(r"-?\d+(?:\.\d+)?", completion)
+    return 1.0 if numbers and numbers[-1] == answer else 0.0
+
+
+def contains_answer(prompts: list[str], completions: list[str], answer: list[str], **kwargs: object) -> list[float | None]:
+    """Lenient, TRL-style batched: the gold answer appears somewhere."""
+    return [1.0 if a in c else 0.0 for c, a in zip(completions, answer)]
+
+
+def exit_code_runner(completion: str, tests: str) -> float:
+    """Lenient code: run program + asserts in one process, reward exit code 0."""
+    program = extract_program(completion)
+    if program is None:
+        return 0.0
+    spec = parse_tests(tests)
+    with tempfile.TemporaryDirectory() as tmp:
+        if spec.mode == "io":
+            return 0.0  # this naive runner only knows asserts
+        path = Path(tmp) / "run.py"
+        path.write_text(program + "\n" + "\n".join(f"assert {p} is not None" for p in spec.probes))
+        try:
+            done = subprocess.run([sys.executable, str(path)], capture_output=True, timeout=2)
+        except subprocess.TimeoutExpired:
+            return 0.0
+        return 1.0 if done.returncode == 0 else 0.0
+
+
+def hangs(completion: str, answer: str) -> float:
+    if completion == "42":  # the "bare" unboxed probe
+        time.sleep(3600)
+    return 0.0
+
+
+def raises(completion: str, answer: str) -> float:
+    raise RuntimeError("reward bug")
+
+
+def always_zero(completion: str, answer: str) -> float:
+    return 0.0
+
+
+def test_boxed_math_has_no_false_positive() -> None:
+    report = audit_reward("boxed_math", timeout_s=10.0)
+    assert report.passed, format_report(report)
+    assert report.false_positives == []
+    assert {"hedged_boxes", "unboxed_answers", "prompt_echoes", "lookalike_digits", "pathological"} <= set(report.categories)
+    assert all(seconds < 1.5 for seconds, _, _ in report.slowest)  # sympy's import counts once
+
+
+def test_think_format_has_no_false_positive() -> None:
+    report = audit_reward("think_format")
+    assert report.passed, format_report(report)
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None and not os.environ.get("CI"), reason="needs bubblewrap")
+def test_python_code_has_no_false_positive() -> None:
+    report = audit_reward("python_code", timeout_s=30.0)
+    assert report.passed, format_report(report)
+    assert {"early_exit", "fake_equality", "test_machinery", "answer_search", "partial_output"} <= set(report.categories)
+
+
+def test_lenient_math_reward_is_caught() -> None:
+    report = audit_reward("test_audit:last_number")
+    assert not report.passed
+    flagged = {c for c, _, _ in report.false_positives}
+    assert {"unboxed_answers", "hedged_boxes", "malformed_boxes"} <= flagged
+    assert "FAIL" in format_report(report)
+
+
+def test_batched_trl_reward_is_detected_and_caught() -> None:
+    assert is_batched(contains_answer) and not is_batched(last_number)
+    report = audit_reward("test_audit:contains_answer")
+    assert report.batched and not report.passed
+    assert report.categories["control"].rewarded >= 1  # the prompt and the answer reached it
+    assert "hedged_boxes" in {c for c, _, _ in report.false_positives}
+
+
+def test_exit_code_code_reward_is_caught() -> None:
+    report = audit_reward("test_audit:exit_code_runner", domain="code", timeout_s=10.0)
+    assert "early_exit" in {c for c, _, _ in report.false_positives}
+
+
+def test_hanging_and_raising_rewards_are_reported() -> None:
+    hung = audit_reward("test_audit:hangs", timeout_s=0.5)
+    assert hung.categories["unboxed_answers"].timeouts == 1 and not hung.passed
+    assert hung.slowest[0][0] >= 0.5
+    broken = audit_reward("test_audit:raises")
+    assert sum(s.errors for s in broken.categories.values()) == len(probes_for("math"))
+    assert "RuntimeError: reward bug" in format_report(broken)
+
+
+def test_a_reward_that_never_pays_does_not_pass() -> None:
+    report = audit_reward("test_audit:always_zero")
+    assert report.false_positives == [] and not report.passed  # the controls went unrewarded
+
+
+def test_cli_exit_codes() -> None:
+    from typer.testing import CliRunner
+
+    from rlvr.cli import app
+
+    runner = CliRunner()
+    ok = runner.invoke(app, ["audit-reward", "think_format"])
+    assert ok.exit_code == 0 and "PASS" in ok.stdout, ok.output
+    bad = runner.invoke(app, ["audit-reward", "test_audit:last_number"])
+    assert bad.exit_code == 1 and "false positives" in bad.stdout
+    unknown = runner.invoke(app, ["audit-reward", "no_such_reward"])
+    assert unknown.exit_code == 2
