@@ -1,16 +1,20 @@
-"""The `rlvr` command: lab | train | config | audit-reward.
+"""The `rlvr` command: lab | train | export | config | audit-reward.
 
     rlvr lab                           the built-in CPU lab with its defaults
     rlvr lab algo.beta=0.04            ... with any field overridden by dotted key
     rlvr train my.toml train.lr=1e-6   your model and data, from a TOML file
     rlvr train my.toml --dry-run       load and validate config and data, then stop
+    rlvr train --resume RUN_DIR        continue a killed run from its newest complete checkpoint
+    rlvr export RUN_DIR OUT_DIR        the run's policy as a Hugging Face model directory
     rlvr config                        every field with its default and meaning
     rlvr audit-reward mypkg.rewards:fn  probe a reward function for known reward hacks
 """
 
 from __future__ import annotations
 
+import json
 import sys
+from pathlib import Path
 from typing import Optional
 
 import typer
@@ -34,40 +38,69 @@ def _load(config: Optional[str], overrides: Optional[list[str]]) -> Config:
         raise typer.Exit(2) from None
 
 
-def _run(cfg: Config, command: str, quiet: bool) -> None:
+def _run(cfg: Config, command: str, quiet: bool, resume: bool = False) -> None:
+    from rlvr.checkpoint import CheckpointError
+    from rlvr.loop import TrainingError
     from rlvr.metrics import Reporter
     from rlvr.pipeline import run
-
     from rlvr.reward import RewardError
 
     try:
-        run(cfg, Reporter(console, enabled=not quiet), command)
+        run(cfg, Reporter(console, enabled=not quiet), command, resume=resume)
     except (ConfigError, DataError) as err:
         console.print(f"[red]error:[/] {err}")
         raise typer.Exit(2) from None
-    except RewardError as err:
+    except (RewardError, TrainingError, CheckpointError) as err:
         console.print(f"[red]stopped:[/] {err}")
         raise typer.Exit(1) from None
+
+
+RESUME = typer.Option(
+    None, "--resume", help="Continue the run in this directory from its newest complete checkpoint (its config.toml, plus any overrides).",
+    show_default=False,
+)
+
+
+def _load_for_resume(run_dir: str, overrides: list[str]) -> Config:
+    config = Path(run_dir) / "config.toml"
+    if not config.is_file():
+        console.print(f"[red]error:[/] --resume {run_dir}: not a run directory (no config.toml)")
+        raise typer.Exit(2)
+    return _load(str(config), [*overrides, f"run.output_dir={json.dumps(run_dir)}"])
 
 
 @app.command()
 def lab(
     overrides: Optional[list[str]] = OVERRIDES,
     config: Optional[str] = typer.Option(None, "--config", "-c", help="TOML file applied before the overrides."),
+    resume: Optional[str] = RESUME,
     quiet: bool = typer.Option(False, help="No progress bars."),
 ) -> None:
     """Build a tiny model, cold-start it with SFT, run GRPO on arithmetic, report held-out accuracy."""
+    if resume:
+        _run(_load_for_resume(resume, overrides or []), "lab", quiet, resume=True)
+        return
     _run(_load(config, overrides), "lab", quiet)
 
 
 @app.command()
 def train(
-    config: str = typer.Argument(..., help="TOML config file."),
+    config: Optional[str] = typer.Argument(None, help="TOML config file (omit with --resume: the run's own config.toml is used)."),
     overrides: Optional[list[str]] = OVERRIDES,
     dry_run: bool = typer.Option(False, "--dry-run", help="Validate config and data, print the resolved config, stop."),
+    resume: Optional[str] = RESUME,
     quiet: bool = typer.Option(False, help="No progress bars."),
 ) -> None:
     """Run the recipe (optional SFT, then GRPO) on the model and data a TOML file names."""
+    if resume:
+        if config and "=" not in config:
+            console.print(f"[red]error:[/] with --resume the config is {resume}/config.toml; give only overrides, not {config}")
+            raise typer.Exit(2)
+        _run(_load_for_resume(resume, ([config] if config else []) + (overrides or [])), "train", quiet, resume=True)
+        return
+    if not config:
+        console.print("[red]error:[/] give a TOML config file (or --resume RUN_DIR)")
+        raise typer.Exit(2)
     cfg = _load(config, overrides)
     if dry_run:
         from rlvr.pipeline import load_splits
@@ -81,6 +114,24 @@ def train(
         console.print(f"[green]ok:[/] config valid; {len(train_set)} train and {len(held_out)} held-out examples")
         return
     _run(cfg, "train", quiet)
+
+
+@app.command()
+def export(
+    run_dir: str = typer.Argument(..., help="A run directory (holding config.toml and checkpoints/)."),
+    out_dir: str = typer.Argument(..., help="Where to write the Hugging Face model + tokenizer directory."),
+    step: Optional[int] = typer.Option(None, help="Export this step's checkpoint (default: the newest complete one)."),
+) -> None:
+    """Write a run's policy as a model directory that AutoModelForCausalLM.from_pretrained loads."""
+    from rlvr.checkpoint import CheckpointError
+    from rlvr.pipeline import export_checkpoint
+
+    try:
+        source = export_checkpoint(Path(run_dir), Path(out_dir), step)
+    except (ConfigError, CheckpointError) as err:
+        console.print(f"[red]error:[/] {err}")
+        raise typer.Exit(2) from None
+    console.print(f"[green]exported[/] {source} -> {out_dir}")
 
 
 @app.command("config")

@@ -209,13 +209,30 @@ class TrainConfig:
     micro_batch_size: int = knob(64, "Sequences per forward/backward; gradients accumulate exactly to the full batch.")
     log_samples_every: int = knob(25, "Write sample completions with verdicts every N steps.")
     save_model: bool = knob(True, "Save the final policy (save_pretrained) under output_dir/model.")
+    max_nonfinite_steps: int = knob(
+        3, "A step whose loss or gradient is NaN/inf is skipped and counted; after this many in a row the run stops with a checkpoint."
+    )
 
     def validate(self) -> None:
         _require(self.steps >= 0, "train.steps", "must be >= 0")
+        _require(self.max_nonfinite_steps >= 1, "train.max_nonfinite_steps", "must be >= 1")
         _require(self.lr > 0, "train.lr", "must be > 0")
         _require(self.micro_batch_size > 0, "train.micro_batch_size", "must be > 0")
         _require(self.max_grad_norm >= 0, "train.max_grad_norm", "must be >= 0")
         _require(self.log_samples_every > 0, "train.log_samples_every", "must be > 0")
+
+
+@dataclass
+class CheckpointConfig:
+    every: int = knob(50, "Write a checkpoint every N RL steps (0 = only at the end); one is always written at the end.")
+    keep_last: int = knob(2, "Keep the newest N step checkpoints (0 = keep all).")
+    auto_resume: bool = knob(
+        False, "When run.output_dir already holds this run, continue it from its newest complete checkpoint instead of refusing."
+    )
+
+    def validate(self) -> None:
+        _require(self.every >= 0, "checkpoint.every", "must be >= 0")
+        _require(self.keep_last >= 0, "checkpoint.keep_last", "must be >= 0")
 
 
 @dataclass
@@ -275,6 +292,7 @@ class Config:
     reward: RewardConfig = section(RewardConfig, "Scoring completions.")
     algo: AlgoConfig = section(AlgoConfig, "Advantages and the policy loss.")
     train: TrainConfig = section(TrainConfig, "The RL optimiser and loop.")
+    checkpoint: CheckpointConfig = section(CheckpointConfig, "Checkpoints and resuming.")
     eval: EvalConfig = section(EvalConfig, "Held-out evaluation.")
 
     def validate(self) -> "Config":

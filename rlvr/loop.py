@@ -23,13 +23,28 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from rlvr.algorithms import compute_advantages, group_stats, informative_groups
-from rlvr.config import AlgoConfig, Config
+from rlvr.checkpoint import (
+    CheckpointError,
+    fault_point,
+    load_trainer,
+    load_weights,
+    read_state,
+    restore_rng_state,
+    rng_state,
+    save_checkpoint,
+    step_name,
+)
+from rlvr.config import AlgoConfig, Config, to_toml
 from rlvr.data import Example, format_prompt
-from rlvr.metrics import JsonlWriter, PhaseBar
+from rlvr.metrics import JsonlWriter, PhaseBar, rewind_jsonl
 from rlvr.models import frozen_copy
 from rlvr.reward import RewardError, RewardTerm, Scores, score_completions
 from rlvr.rollout import Rollouts, concat_rollouts, decode_completions, encode_prompts, generate
 from rlvr.update import rl_update, sequence_kl_to_reference
+
+
+class TrainingError(RuntimeError):
+    """Training cannot go on (e.g. the loss keeps turning NaN); a checkpoint of the last good state exists."""
 
 
 class PromptStream:
@@ -37,6 +52,14 @@ class PromptStream:
 
     def __init__(self, examples: list[Example], seed: int):
         self.examples, self.rng, self.order = examples, random.Random(f"prompts:{seed}"), []
+
+    def state(self) -> dict:
+        """Where the stream is: its RNG and the rest of the current epoch's order (exact resume)."""
+        return {"rng": self.rng.getstate(), "order": list(self.order)}
+
+    def set_state(self, state: dict) -> None:
+        self.rng.setstate(state["rng"])
+        self.order = list(state["order"])
 
     def take(self, n: int) -> list[Example]:
         batch = []
@@ -122,8 +145,13 @@ def grpo_train(
     reward_terms: list[RewardTerm],
     run_dir: Path,
     bar: PhaseBar,
+    resume_from: Path | None = None,
 ) -> list[dict]:
-    """Train `policy` in place for cfg.train.steps; returns the per-step metric records."""
+    """Train `policy` in place for cfg.train.steps; returns the per-step metric records.
+
+    `policy` must hold the RL starting weights (the KL reference is anchored to them); with
+    `resume_from` (a complete step checkpoint) the policy, optimizer, scheduler, prompt stream and
+    every RNG continue from it, so the remaining steps are those of an uninterrupted run."""
     device = next(policy.parameters()).device
     G, rc, tc, ac = cfg.rollout.group_size, cfg.rollout, cfg.train, cfg.algo
     reference = frozen_copy(policy) if ac.beta > 0 else None  # none at beta = 0: no memory, no forward
@@ -134,10 +162,39 @@ def grpo_train(
     if cfg.model.gradient_checkpointing:
         policy.gradient_checkpointing_enable()
     policy.train()
+    checkpoints = run_dir / "checkpoints"
+
+    def save(step: int) -> None:
+        trainer = {
+            "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+            "stream": stream.state(), "rng": rng_state(generator),
+        }
+        save_checkpoint(
+            checkpoints, step_name(step), policy=policy, trainer=trainer, state={"step": step, "bad_streak": bad_streak},
+            config_text=to_toml(cfg).lstrip("\n"), keep_last=cfg.checkpoint.keep_last,
+        )
+
+    start, bad_streak = 0, 0
+    if resume_from is not None:
+        load_weights(resume_from, policy)
+        trainer = load_trainer(resume_from)
+        optimizer.load_state_dict(trainer["optimizer"])
+        scheduler.load_state_dict(trainer["scheduler"])
+        stream.set_state(trainer["stream"])
+        restore_rng_state(trainer["rng"], generator)
+        state = read_state(resume_from)
+        start, bad_streak = state["step"], state["bad_streak"]
+    records = rewind_jsonl(run_dir / "metrics.jsonl", start)  # steps after the checkpoint are redone
+    rewind_jsonl(run_dir / "samples.jsonl", start)
+    if len(records) != start or [r["step"] for r in records] != list(range(1, start + 1)):
+        raise CheckpointError(f"{run_dir / 'metrics.jsonl'} does not hold steps 1..{start} of checkpoint {resume_from}; cannot resume cleanly")
+    for _ in range(start):
+        bar.advance()
 
     def sample_round(batch: list[Example]) -> tuple[Sampled, Scores, float, float]:
         """One generation round: rollouts for `batch`, decoded and scored. Returns timings too."""
         t0 = time.perf_counter()
+        fault_point("generate")
         per_row = [e for e in batch for _ in range(G)]
         prompts = [format_prompt(tokenizer, e.prompt, cfg.data) for e in per_row]
         prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts, device)
@@ -152,9 +209,8 @@ def grpo_train(
         sampled = Sampled(per_row, rollouts, texts, scores.total_B.to(device))
         return sampled, scores, t1 - t0, time.perf_counter() - t1
 
-    records = []
     with JsonlWriter(run_dir / "metrics.jsonl") as metrics_out, JsonlWriter(run_dir / "samples.jsonl") as samples_out:
-        for step in range(1, tc.steps + 1):
+        for step in range(start + 1, tc.steps + 1):
             t_start = time.perf_counter()
             step_samples = collect_batch(
                 lambda: sample_round(stream.take(rc.prompts_per_step)), rc.prompts_per_step, G, ac, tokenizer.pad_token_id
@@ -217,6 +273,18 @@ def grpo_train(
                         "answer": batch.examples[i].answer, "reward": _json_float(rewards_B[i]), "advantage": float(advantages_B[i]),
                     })
             bar.advance(f"reward {record['reward/mean']:.2f}" if record["reward/mean"] is not None else "reward n/a")
+            fault_point("step_end")
+            bad_streak = bad_streak + 1 if record.get("loss/skipped_nonfinite") else 0
+            if bad_streak >= tc.max_nonfinite_steps:
+                save(step)  # the skipped updates left the weights at the last good state
+                raise TrainingError(
+                    f"step {step}: {bad_streak} steps in a row had a NaN/inf loss or gradient (train.max_nonfinite_steps = "
+                    f"{tc.max_nonfinite_steps}); stopped. The last good weights are in {checkpoints / step_name(step)}. "
+                    "Lower train.lr, check the reward scale, or set train.max_grad_norm."
+                )
+            if (cfg.checkpoint.every and step % cfg.checkpoint.every == 0) or step == tc.steps:
+                save(step)
+                fault_point("step_saved")
     if cfg.model.gradient_checkpointing:
         policy.gradient_checkpointing_disable()
     return records

@@ -52,6 +52,34 @@ def read_jsonl_records(path: str | Path) -> list[dict[str, Any]]:
         return [json.loads(line) for line in fh if line.strip()]
 
 
+def rewind_jsonl(path: str | Path, last_step: int) -> list[dict[str, Any]]:
+    """Keep the records with step <= last_step (a resumed run rewrites the rest), repairing a
+    last line torn by a kill; rewritten atomically. Returns the kept records.
+
+    Only the last line may be torn (every line is fsynced before the next is written): an
+    unparseable line anywhere else is corruption and raises instead of being dropped."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    kept = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            if i == len(lines) - 1:
+                break  # torn by a kill mid-write: that step is redone
+            raise ValueError(f"{path}:{i + 1}: corrupt line (not the last one, so not a torn write)") from None
+        if record.get("step", 0) <= last_step:
+            kept.append(record)
+    from rlvr.config import atomic_write_text  # late: config imports nothing from here, keep it that way
+
+    atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in kept))
+    return kept
+
+
 class Reporter:
     """Progress bars for the phases of a run (rich), quiet when `enabled` is False."""
 

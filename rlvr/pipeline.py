@@ -15,7 +15,9 @@ it on the user's model and data. Everything a run produces lands in run.output_d
 from __future__ import annotations
 
 import json
+import os
 import random
+import shutil
 import time
 from datetime import datetime
 from pathlib import Path
@@ -23,10 +25,25 @@ from pathlib import Path
 import torch
 from rich.table import Table
 
-from rlvr.config import Config, ConfigError, atomic_write_text, save_config
+from rlvr.checkpoint import (
+    RL_START,
+    CheckpointError,
+    complete_step_checkpoints,
+    fault_point,
+    is_complete,
+    latest_step_checkpoint,
+    load_trainer,
+    load_weights,
+    read_state,
+    restore_rng_state,
+    rng_state,
+    save_checkpoint,
+    step_name,
+)
+from rlvr.config import Config, ConfigError, atomic_write_text, load_config, save_config, to_toml
 from rlvr.data import Example, load_jsonl_splits
-from rlvr.loop import grpo_train
-from rlvr.metrics import JsonlWriter, Reporter, plot_reward_curve
+from rlvr.loop import TrainingError, grpo_train
+from rlvr.metrics import Reporter, plot_reward_curve
 from rlvr.models import build_char_tokenizer, build_tiny_model, count_parameters, load_model, load_tokenizer, resolve_device, save_pretrained
 from rlvr.stages.evaluate import EvalResult, evaluate, num_batches
 from rlvr.stages.sft import sft_train
@@ -34,14 +51,23 @@ from rlvr.tasks.arithmetic import make_splits
 from rlvr.reward import build_reward_terms
 
 
-def prepare_run_dir(cfg: Config, command: str) -> Path:
+def prepare_run_dir(cfg: Config, command: str, resume: bool) -> tuple[Path, bool]:
+    """The run directory, and whether this run continues one that is already there."""
     if not cfg.run.output_dir:
+        if resume:
+            raise ConfigError("run.output_dir: resuming needs the run directory")
         cfg.run.output_dir = f"runs/{command}-{datetime.now():%Y%m%d-%H%M%S}"
     run_dir = Path(cfg.run.output_dir)
-    if (run_dir / "metrics.jsonl").exists():
-        raise ConfigError(f"run.output_dir: {run_dir} already holds a run (metrics.jsonl); choose another directory")
+    started = (run_dir / "config.toml").exists()
+    if resume and not started:
+        raise ConfigError(f"run.output_dir: {run_dir} holds no run to resume (no config.toml)")
+    if started and not (resume or cfg.checkpoint.auto_resume):
+        raise ConfigError(
+            f"run.output_dir: {run_dir} already holds a run; continue it with --resume {run_dir} "
+            "(or checkpoint.auto_resume=true), or choose another directory"
+        )
     run_dir.mkdir(parents=True, exist_ok=True)
-    return run_dir
+    return run_dir, started
 
 
 def load_splits(cfg: Config) -> tuple[list[Example], list[Example]]:
@@ -75,9 +101,11 @@ def configure_cpu_math() -> None:
     torch.set_flush_denormal(True)
 
 
-def run(cfg: Config, reporter: Reporter, command: str = "train") -> dict:
+def run(cfg: Config, reporter: Reporter, command: str = "train", resume: bool = False) -> dict:
+    """The whole recipe; with `resume` (or checkpoint.auto_resume) it continues the run in
+    run.output_dir from its newest complete checkpoint, with the result of an uninterrupted run."""
     started = time.perf_counter()
-    run_dir = prepare_run_dir(cfg, command)
+    run_dir, resuming = prepare_run_dir(cfg, command, resume)
     save_config(cfg, run_dir / "config.toml")
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
@@ -92,6 +120,7 @@ def run(cfg: Config, reporter: Reporter, command: str = "train") -> dict:
     )
     seconds: dict[str, float] = {}
     evals: dict[str, EvalResult] = {}
+    checkpoints = run_dir / "checkpoints"
 
     def timed(name, fn):
         t = time.perf_counter()
@@ -100,26 +129,47 @@ def run(cfg: Config, reporter: Reporter, command: str = "train") -> dict:
         return result
 
     def run_eval(stage: str) -> None:
+        fault_point(f"eval_{stage}")
         with reporter.phase(f"eval:{stage}", num_batches(len(held_out), cfg.eval)) as bar:
             result = timed(f"eval_{stage}", lambda: evaluate(model, tokenizer, held_out, cfg.data, cfg.eval, reward_terms[0], bar))
-        with JsonlWriter(run_dir / f"eval_{stage}.jsonl") as out:
-            for sample in result.samples:
-                out.write(sample)
+        atomic_write_text(run_dir / f"eval_{stage}.jsonl", "".join(json.dumps(sample) + "\n" for sample in result.samples))
         evals[stage] = result
         reporter.print(f"held-out greedy accuracy {stage}: {result.accuracy:.1%}  by level {_pct(result.by_level)}  "
                        f"shows work {result.shows_work:.0%}  mean length {result.mean_length:.1f}")
 
-    if cfg.sft.steps > 0:
-        with reporter.phase("sft", cfg.sft.steps) as bar:
-            timed("sft", lambda: sft_train(model, tokenizer, train, cfg.data, cfg.sft, cfg.run.seed, bar))
-        if cfg.sft.save_model:
-            save_pretrained(model, tokenizer, run_dir / "sft")
     first = "after_sft" if cfg.sft.steps > 0 else "before_rl"
-    run_eval(first)
+    rl_start = checkpoints / RL_START
+    if resuming and is_complete(rl_start):
+        # SFT and the first evaluation are done: take their results, and the RL starting weights
+        state = read_state(rl_start)
+        evals.update({k: EvalResult(**v) for k, v in state["evals"].items()})
+        seconds.update(state["seconds"])
+        if (rl_start / "model.safetensors").exists():
+            load_weights(rl_start, model)
+        restore_rng_state(load_trainer(rl_start)["rng"], None)  # as an uninterrupted run would enter RL
+    else:  # a new run, or one killed before RL began: SFT is deterministic, so redoing it is exact
+        if cfg.sft.steps > 0:
+            with reporter.phase("sft", cfg.sft.steps) as bar:
+                timed("sft", lambda: sft_train(model, tokenizer, train, cfg.data, cfg.sft, cfg.run.seed, bar))
+            if cfg.sft.save_model:
+                save_pretrained(model, tokenizer, run_dir / "sft")
+        run_eval(first)
+        save_checkpoint(
+            checkpoints, RL_START, policy=model if cfg.sft.steps > 0 else None, trainer={"rng": rng_state(None)},
+            state={"evals": {k: v.summary() for k, v in evals.items()}, "seconds": dict(seconds)}, config_text=to_toml(cfg).lstrip("\n"),
+        )
+    resume_from = latest_step_checkpoint(checkpoints) if resuming else None
+    if resume_from is not None:
+        at = read_state(resume_from)["step"]
+        if at > cfg.train.steps:
+            raise ConfigError(f"train.steps: {cfg.train.steps} is below the checkpoint's step {at} ({resume_from}); raise it to resume")
+        reporter.print(f"resuming from {resume_from} (step {at} of {cfg.train.steps})")
     records = []
     if cfg.train.steps > 0:
         with reporter.phase("grpo", cfg.train.steps) as bar:
-            records = timed("grpo", lambda: grpo_train(model, tokenizer, train, cfg, reward_terms, run_dir, bar))
+            records = timed("grpo", lambda: grpo_train(model, tokenizer, train, cfg, reward_terms, run_dir, bar, resume_from))
+        if len(records) != cfg.train.steps:  # never exit 0 having silently trained too little
+            raise TrainingError(f"RL ended after {len(records)} of {cfg.train.steps} steps; see {run_dir / 'metrics.jsonl'}")
         run_eval("after_rl")
         plot_reward_curve(records, run_dir / "reward_curve.png", {k: v.accuracy for k, v in evals.items()})
     if cfg.train.save_model:
@@ -133,10 +183,41 @@ def run(cfg: Config, reporter: Reporter, command: str = "train") -> dict:
         "gain_points": round(100 * (evals["after_rl"].accuracy - evals[first].accuracy), 1) if "after_rl" in evals else None,
         "seconds": seconds,
         "rl_steps": len(records),
+        "resumed_from": str(resume_from) if resume_from else None,
     }
     atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
     reporter.print(summary_table(evals, seconds))
     return summary
+
+
+def export_checkpoint(run_dir: Path, out_dir: Path, step: int | None = None) -> Path:
+    """Write the policy of a run's checkpoint (the newest complete one, or `step`) as a Hugging
+    Face model + tokenizer directory that `AutoModelForCausalLM.from_pretrained` loads."""
+    run_dir, out_dir = Path(run_dir), Path(out_dir)
+    if not (run_dir / "config.toml").is_file():
+        raise ConfigError(f"{run_dir}: not a run directory (no config.toml)")
+    cfg = load_config(run_dir / "config.toml")
+    checkpoints = run_dir / "checkpoints"
+    if step is None:
+        source = latest_step_checkpoint(checkpoints)
+        if source is None:
+            raise CheckpointError(f"{checkpoints}: no complete step checkpoint to export")
+    else:
+        source = checkpoints / step_name(step)
+        if not is_complete(source):
+            found = ", ".join(str(read_state(p)["step"]) for p in complete_step_checkpoints(checkpoints)) or "none"
+            raise CheckpointError(f"{source}: no complete checkpoint for step {step} (complete steps: {found})")
+    skeleton = str(run_dir / "init") if not cfg.model.path else cfg.model.path
+    tokenizer = load_tokenizer(skeleton, cfg.model.trust_remote_code)
+    model = load_model(skeleton, cfg.run.dtype, "cpu", cfg.model.trust_remote_code)
+    load_weights(source, model)
+    tmp = out_dir.with_name(f".{out_dir.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    save_pretrained(model, tokenizer, tmp)
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    os.replace(tmp, out_dir)
+    return source
 
 
 def _pct(levels: dict[str, float]) -> str:

@@ -127,6 +127,7 @@ def rl_update(
     ref = frozen_logprobs(reference, chunks, temperature) if reference is not None and kl_coef > 0 else None
 
     entropy_bonus = algo.entropy_coef != 0.0
+    skipped = 0
     sums: dict[str, float] = defaultdict(float)
     tokens_seen = 0
     for _ in range(algo.num_iterations):
@@ -167,9 +168,13 @@ def rl_update(
             sums["loss/logp_mean"] += float(masked_mean(logp.detach(), chunk.completion_mask_BT)) * n_tok
         if chunks:  # max_norm=inf measures the norm without clipping
             grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), max_grad_norm or float("inf"))
-            optimizer.step()
+            if torch.isfinite(grad_norm) and torch.isfinite(total):
+                optimizer.step()
+                scheduler.step()
+            else:  # one NaN would poison every weight through Adam's moments: skip, count, let the loop decide
+                optimizer.zero_grad(set_to_none=True)
+                skipped += 1
             sums["loss/grad_norm"] += float(grad_norm)
-            scheduler.step()
         sums["loss/policy"] += float(total)
 
     out = {name: value / max(tokens_seen, 1) for name, value in sums.items() if name not in ("loss/policy", "loss/grad_norm")}
@@ -177,5 +182,6 @@ def rl_update(
     out["loss/grad_norm"] = sums["loss/grad_norm"] / algo.num_iterations
     out["loss/active_frac"] = len(active) / max(B, 1)
     out["loss/excluded"] = int((~include_B).sum())
+    out["loss/skipped_nonfinite"] = skipped  # optimizer passes skipped for a NaN/inf loss or gradient
     out["loss/lr"] = scheduler.get_last_lr()[0]
     return out

@@ -1,0 +1,192 @@
+"""Checkpoints that are either complete or absent, and everything needed to resume bit for bit.
+
+Layout under run_dir/checkpoints/:
+
+    rl-start/      written once when RL begins: the starting weights (when SFT produced them, so
+                   a resumed run neither redoes SFT nor loses the KL reference's anchor) and the
+                   evaluations so far
+    step-000050/   policy weights (safetensors), optimizer + scheduler + every RNG state + the
+                   prompt stream position (trainer.pt), step counters (state.json), config.toml
+    COMPLETE       inside each directory, written last: a directory without it is never loaded
+
+A checkpoint is written into a temporary sibling directory, every file fsynced, the marker
+written, then the directory renamed into place (atomic on POSIX) and the parent fsynced; only
+then are checkpoints beyond `keep_last` deleted. A kill at any moment leaves either the new
+checkpoint complete or the previous one untouched; leftover temporary directories are ignored
+and cleaned up by the next write.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import random
+import shutil
+import signal
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_model as load_safetensors_into
+from safetensors.torch import save_model as save_safetensors
+
+COMPLETE = "COMPLETE"
+RL_START = "rl-start"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint could not be written or read; the message says which and why."""
+
+
+def fault_point(name: str) -> None:
+    """Fault injection for the resume tests: with RLVR_KILL_AT=name@N in the environment, the
+    process SIGKILLs itself the Nth time it reaches `name` (N defaults to 1). A no-op otherwise."""
+    spec = os.environ.get("RLVR_KILL_AT")
+    if not spec:
+        return
+    target, _, nth = spec.partition("@")
+    if target != name:
+        return
+    count = fault_point.counts.get(name, 0) + 1  # type: ignore[attr-defined]
+    fault_point.counts[name] = count  # type: ignore[attr-defined]
+    if count == int(nth or 1):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+fault_point.counts = {}  # type: ignore[attr-defined]
+
+
+# ----------------------------------------------------------------------------- RNG state
+
+
+def rng_state(sampling: torch.Generator | None) -> dict[str, Any]:
+    state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    if sampling is not None:
+        state["sampling"] = sampling.get_state()
+    try:  # numpy is not a dependency, but a user's reward function may draw from it
+        import numpy
+
+        name, keys, pos, has_gauss, cached = numpy.random.get_state()
+        state["numpy"] = (name, keys.tolist(), pos, has_gauss, cached)  # plain data: loadable with weights_only
+    except ImportError:
+        pass
+    return state
+
+
+def restore_rng_state(state: dict[str, Any], sampling: torch.Generator | None) -> None:
+    random.setstate(state["python"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    if sampling is not None:
+        sampling.set_state(state["sampling"])
+    if "numpy" in state:
+        import numpy
+
+        name, keys, pos, has_gauss, cached = state["numpy"]
+        numpy.random.set_state((name, numpy.array(keys, dtype=numpy.uint32), pos, has_gauss, cached))
+
+
+# ----------------------------------------------------------------------------- writing
+
+
+def _fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def step_name(step: int) -> str:
+    return f"step-{step:06d}"
+
+
+def save_checkpoint(
+    root: Path,
+    name: str,
+    *,
+    policy: torch.nn.Module | None,
+    trainer: dict[str, Any] | None,
+    state: dict[str, Any],
+    config_text: str,
+    keep_last: int = 0,
+) -> Path:
+    """Write checkpoint `name` under `root` atomically; keep the newest `keep_last` step-* ones
+    (0 keeps all). Raises CheckpointError (the previous checkpoints intact) when writing fails."""
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / name
+    tmp = root / f".tmp-{name}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tmp.mkdir()
+        if policy is not None:
+            save_safetensors(policy, str(tmp / "model.safetensors"))  # handles tied embeddings
+        fault_point("checkpoint_write")
+        if trainer is not None:
+            torch.save(trainer, tmp / "trainer.pt")
+        (tmp / "state.json").write_text(json.dumps(state, indent=1) + "\n")
+        (tmp / "config.toml").write_text(config_text)
+        for f in tmp.iterdir():
+            _fsync_path(f)
+        (tmp / COMPLETE).write_text("")
+        _fsync_path(tmp / COMPLETE)
+        _fsync_path(tmp)
+        if final.exists():  # rewriting the same step (a resumed run reaching it again)
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        _fsync_path(root)
+    except OSError as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        why = "the disk is full" if err.errno == errno.ENOSPC else str(err)
+        previous = latest_step_checkpoint(root)
+        kept = f"; the previous checkpoint {previous} is intact" if previous else "; no earlier checkpoint exists"
+        raise CheckpointError(f"could not write checkpoint {final}: {why}{kept}") from err
+    for stale in root.glob(".tmp-*"):  # debris of a write killed earlier
+        shutil.rmtree(stale, ignore_errors=True)
+    if keep_last > 0:
+        for old in complete_step_checkpoints(root)[:-keep_last]:
+            shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def is_complete(path: Path) -> bool:
+    return (path / COMPLETE).is_file()
+
+
+def complete_step_checkpoints(root: Path) -> list[Path]:
+    """Complete step-* checkpoints, oldest first."""
+    if not root.is_dir():
+        return []
+    found = [p for p in root.glob("step-*") if p.is_dir() and is_complete(p) and p.name[5:].isdigit()]
+    return sorted(found, key=lambda p: int(p.name[5:]))
+
+
+def latest_step_checkpoint(root: Path) -> Path | None:
+    found = complete_step_checkpoints(root)
+    return found[-1] if found else None
+
+
+def read_state(path: Path) -> dict[str, Any]:
+    if not is_complete(path):
+        raise CheckpointError(f"{path}: incomplete checkpoint (no {COMPLETE} marker); refusing to load it")
+    return json.loads((path / "state.json").read_text())
+
+
+def load_weights(path: Path, policy: torch.nn.Module) -> None:
+    if not is_complete(path):
+        raise CheckpointError(f"{path}: incomplete checkpoint (no {COMPLETE} marker); refusing to load it")
+    missing, unexpected = load_safetensors_into(policy, str(path / "model.safetensors"), strict=False)
+    if missing or unexpected:
+        raise CheckpointError(f"{path}: weights do not fit the model (missing {missing[:3]}, unexpected {unexpected[:3]})")
+
+
+def load_trainer(path: Path) -> dict[str, Any]:
+    # weights_only: a checkpoint is data, never code to run
+    return torch.load(path / "trainer.pt", weights_only=True)

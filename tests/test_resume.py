@@ -1,0 +1,180 @@
+"""Nothing lost: a run SIGKILLed at any point and resumed ends exactly where an uninterrupted run
+ends (same metrics.jsonl values, same weights, bit for bit), and checkpoints are all-or-nothing.
+
+The kills are real: each run is a child process that SIGKILLs itself at a named fault point
+(`rlvr.checkpoint.fault_point`, armed by RLVR_KILL_AT=name@N)."""
+
+import errno
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from rlvr.checkpoint import CheckpointError, complete_step_checkpoints, latest_step_checkpoint, save_checkpoint, step_name
+from rlvr.metrics import read_jsonl_records, rewind_jsonl
+
+TINY = [
+    "model.tiny.hidden_size=32", "model.tiny.num_layers=2", "model.tiny.intermediate_size=64", "model.tiny.num_heads=2",
+    "model.tiny.num_kv_heads=1", "eval.max_new_tokens=10", "rollout.max_new_tokens=10", "rollout.group_size=4",
+    "rollout.prompts_per_step=4", "train.micro_batch_size=8", "run.threads=1", "sft.steps=4", "sft.batch_size=8",
+    "train.steps=6", "train.lr=1e-3", "train.warmup_steps=1", "checkpoint.every=2", "checkpoint.keep_last=2",
+    "algo.beta=0.05", "algo.num_iterations=2",  # a reference model and frozen old log-probs must survive a resume too
+]
+
+
+@pytest.fixture(scope="module")
+def data_files(tmp_path_factory):
+    """Eight training problems: with 4 prompts per step an epoch ends exactly every 2 steps."""
+    root = tmp_path_factory.mktemp("data")
+    rows = [(f"{a}+{b}=", str(a + b)) for a, b in [(1, 2), (3, 4), (5, 1), (2, 2), (6, 3), (7, 1), (4, 4), (8, 1)]]
+    (root / "train.jsonl").write_text("".join(json.dumps({"prompt": p, "answer": a, "solution": f"\\boxed{{{a}}}"}) + "\n" for p, a in rows))
+    (root / "eval.jsonl").write_text("".join(json.dumps({"prompt": f"{a}*{a}=", "answer": str(a * a)}) + "\n" for a in range(4)))
+    return [
+        "data.source=jsonl", f"data.train_path={json.dumps(str(root / 'train.jsonl'))}",
+        f"data.eval_path={json.dumps(str(root / 'eval.jsonl'))}",
+    ]
+
+
+def lab(run_dir: Path, args: list[str], kill_at: str | None = None, resume: bool = False) -> subprocess.CompletedProcess:
+    env = {**os.environ, "RLVR_KILL_AT": kill_at} if kill_at else {k: v for k, v in os.environ.items() if k != "RLVR_KILL_AT"}
+    cmd = [sys.executable, "-m", "rlvr.cli", "lab", "--quiet"]
+    cmd += ["--resume", str(run_dir)] if resume else [*args, f"run.output_dir={json.dumps(str(run_dir))}"]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def comparable(run_dir: Path) -> list[dict]:
+    """metrics.jsonl without wall-clock measurements (the only values allowed to differ)."""
+    return [{k: v for k, v in r.items() if not k.startswith("time/") and k != "rollout/tokens_per_s"} for r in read_jsonl_records(run_dir / "metrics.jsonl")]
+
+
+def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    return load_file(run_dir / "model" / "model.safetensors")
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, data_files):
+    run_dir = tmp_path_factory.mktemp("runs") / "whole"
+    done = lab(run_dir, TINY + data_files)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return run_dir
+
+
+KILL_POINTS = [  # each costs two child runs: the ones covered elsewhere by a fast test run with -m slow
+    pytest.param("eval_after_sft@1", marks=pytest.mark.slow),  # before RL began: SFT is redone, deterministically
+    "generate@3",  # mid-step, after the step-2 checkpoint
+    pytest.param("step_end@3", marks=pytest.mark.slow),  # between steps (also the torn-line test's kill point)
+    "checkpoint_write@3",  # while writing the step-4 checkpoint (rl-start is write 1, step 2 is write 2)
+    "step_saved@2",  # right after the step-2 checkpoint: exactly at an epoch boundary
+    pytest.param("eval_after_rl@1", marks=pytest.mark.slow),  # after the last step, during the final evaluation
+]
+
+
+@pytest.mark.parametrize("kill_at", KILL_POINTS)
+def test_killed_and_resumed_run_equals_the_uninterrupted_run(tmp_path, data_files, uninterrupted, kill_at):
+    run_dir = tmp_path / "run"
+    killed = lab(run_dir, TINY + data_files, kill_at=kill_at)
+    assert killed.returncode == -9, f"expected a SIGKILL at {kill_at}: {killed.stderr[-2000:]}"
+    assert not (run_dir / "summary.json").exists()
+    resumed = lab(run_dir, [], resume=True)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+
+    assert comparable(run_dir) == comparable(uninterrupted)  # every step exactly once, same values
+    whole, again = final_weights(uninterrupted), final_weights(run_dir)
+    assert whole.keys() == again.keys() and all(torch.equal(whole[k], again[k]) for k in whole)
+    assert (run_dir / "eval_after_rl.jsonl").read_text() == (uninterrupted / "eval_after_rl.jsonl").read_text()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["eval"] == json.loads((uninterrupted / "summary.json").read_text())["eval"]
+    assert [p.name for p in complete_step_checkpoints(run_dir / "checkpoints")] == ["step-000004", "step-000006"]
+    assert not list((run_dir / "checkpoints").glob(".tmp-*"))
+
+
+def test_a_torn_last_metrics_line_is_repaired_on_resume(tmp_path, data_files, uninterrupted):
+    run_dir = tmp_path / "run"
+    assert lab(run_dir, TINY + data_files, kill_at="step_end@3").returncode == -9
+    with open(run_dir / "metrics.jsonl", "a") as fh:
+        fh.write('{"step": 4, "reward/mean": 0.2')  # what a kill in the middle of a write leaves
+    assert lab(run_dir, [], resume=True).returncode == 0
+    assert comparable(run_dir) == comparable(uninterrupted)
+
+
+@pytest.mark.slow
+def test_resuming_a_finished_run_with_more_steps_trains_exactly_the_new_ones(tmp_path, data_files, uninterrupted):
+    run_dir = tmp_path / "run"
+    assert lab(run_dir, TINY + data_files).returncode == 0
+    more = subprocess.run(
+        [sys.executable, "-m", "rlvr.cli", "lab", "--quiet", "--resume", str(run_dir), "train.steps=8"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert more.returncode == 0, more.stderr[-2000:]
+    assert [r["step"] for r in read_jsonl_records(run_dir / "metrics.jsonl")] == list(range(1, 9))
+    assert comparable(run_dir)[:6] == comparable(uninterrupted)
+    fewer = subprocess.run(
+        [sys.executable, "-m", "rlvr.cli", "lab", "--quiet", "--resume", str(run_dir), "train.steps=3"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert fewer.returncode == 2 and "below the checkpoint's step 8" in fewer.stderr
+
+
+def test_a_started_run_is_never_overwritten(tmp_path, data_files):
+    run_dir = tmp_path / "run"
+    assert lab(run_dir, TINY + data_files, kill_at="step_end@1").returncode == -9
+    again = lab(run_dir, TINY + data_files)
+    assert again.returncode == 2 and "--resume" in again.stderr
+    assert lab(tmp_path / "nothing", [], resume=True).returncode == 2
+
+
+def test_export_writes_a_model_directory_transformers_loads(tmp_path, uninterrupted):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = tmp_path / "exported"
+    done = subprocess.run([sys.executable, "-m", "rlvr.cli", "export", str(uninterrupted), str(out)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    model = AutoModelForCausalLM.from_pretrained(out)
+    weights = final_weights(uninterrupted)
+    state = model.state_dict()
+    assert all(torch.equal(state[k], weights[k]) for k in weights)
+    assert AutoTokenizer.from_pretrained(out).decode(AutoTokenizer.from_pretrained(out).encode("3 + 4 = 7")) == "3 + 4 = 7"
+    missing = subprocess.run([sys.executable, "-m", "rlvr.cli", "export", str(uninterrupted), str(out), "--step", "3"], capture_output=True, text=True, timeout=300)
+    assert missing.returncode == 2 and "complete steps: 4, 6" in missing.stderr
+
+
+# ----------------------------------------------------------------------------- in-process units
+
+
+def test_disk_full_during_a_checkpoint_keeps_the_previous_one(tmp_path, monkeypatch):
+    import rlvr.checkpoint as ckpt
+
+    model = torch.nn.Linear(3, 2)
+    save_checkpoint(tmp_path, step_name(1), policy=model, trainer={"x": 1}, state={"step": 1}, config_text="")
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(ckpt, "save_safetensors", full)
+    with pytest.raises(CheckpointError, match=r"step-000002: the disk is full; the previous checkpoint .*step-000001 is intact"):
+        save_checkpoint(tmp_path, step_name(2), policy=model, trainer={"x": 2}, state={"step": 2}, config_text="")
+    assert latest_step_checkpoint(tmp_path).name == "step-000001"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-000001"]  # no half-written debris
+
+
+def test_a_checkpoint_without_its_marker_is_never_loaded(tmp_path):
+    model = torch.nn.Linear(3, 2)
+    for step in (1, 2):
+        save_checkpoint(tmp_path, step_name(step), policy=model, trainer=None, state={"step": step}, config_text="")
+    (tmp_path / "step-000002" / "COMPLETE").unlink()
+    assert latest_step_checkpoint(tmp_path).name == "step-000001"
+
+
+def test_rewind_keeps_earlier_steps_repairs_a_torn_tail_and_rejects_corruption(tmp_path):
+    path = tmp_path / "m.jsonl"
+    path.write_text('{"step": 1}\n{"step": 2}\n{"step": 3}\n{"step": 4, "x"')
+    assert rewind_jsonl(path, 2) == [{"step": 1}, {"step": 2}]
+    assert path.read_text() == '{"step": 1}\n{"step": 2}\n'
+    path.write_text('{"step": 1}\n{"st\n{"step": 2}\n')
+    with pytest.raises(ValueError, match="m.jsonl:2: corrupt line"):
+        rewind_jsonl(path, 5)
