@@ -260,6 +260,11 @@ class RewardConfig:
         0.0, "DAPO soft overlong punishment over the last frac * max_new_tokens tokens (L_cache / L_max), as its own reward term; 0 = off."
     )
     overlong_penalty: float = knob(1.0, "Penalty at max_new_tokens for the overlong term (DAPO: 1.0).")
+    workers: int = knob(
+        0, "Score registered verifiers in this many worker processes, each item under a hard timeout (a hung verifier is killed, "
+        "its sample counted missing); 0 scores in the training process (fine for the bounded built-in math verifier)."
+    )
+    timeout_s: float = knob(10.0, "Per-item verification timeout in seconds when reward.workers > 0.")
     max_missing_frac: float = knob(
         0.5, "Stop the run when more than this share of a step's rewards are missing (None, NaN, error, timeout): a broken reward, not noise."
     )
@@ -279,6 +284,8 @@ class RewardConfig:
         _require(0.0 <= self.overlong_buffer_frac <= 1.0, "reward.overlong_buffer_frac", "must be in [0, 1]")
         _require(self.overlong_penalty >= 0.0, "reward.overlong_penalty", "must be >= 0")
         _require(0.0 <= self.max_missing_frac <= 1.0, "reward.max_missing_frac", "must be in [0, 1]")
+        _require(self.workers >= 0, "reward.workers", "must be >= 0")
+        _require(self.timeout_s > 0, "reward.timeout_s", "must be > 0")
 
 
 @dataclass

@@ -48,7 +48,7 @@ from rlvr.models import build_char_tokenizer, build_tiny_model, count_parameters
 from rlvr.stages.evaluate import EvalResult, evaluate, num_batches
 from rlvr.stages.sft import sft_train
 from rlvr.tasks.arithmetic import make_splits
-from rlvr.reward import build_reward_terms
+from rlvr.reward import build_reward_terms, close_reward_terms
 
 
 def prepare_run_dir(cfg: Config, command: str, resume: bool) -> tuple[Path, bool]:
@@ -104,6 +104,14 @@ def configure_cpu_math() -> None:
 def run(cfg: Config, reporter: Reporter, command: str = "train", resume: bool = False) -> dict:
     """The whole recipe; with `resume` (or checkpoint.auto_resume) it continues the run in
     run.output_dir from its newest complete checkpoint, with the result of an uninterrupted run."""
+    reward_terms = build_reward_terms(cfg.reward)  # import errors surface here, before any work
+    try:
+        return _run(cfg, reporter, command, resume, reward_terms)
+    finally:
+        close_reward_terms(reward_terms)
+
+
+def _run(cfg: Config, reporter: Reporter, command: str, resume: bool, reward_terms) -> dict:
     started = time.perf_counter()
     run_dir, resuming = prepare_run_dir(cfg, command, resume)
     save_config(cfg, run_dir / "config.toml")
@@ -111,7 +119,6 @@ def run(cfg: Config, reporter: Reporter, command: str = "train", resume: bool = 
         torch.set_num_threads(cfg.run.threads)
     seed_everything(cfg.run.seed)
     configure_cpu_math()
-    reward_terms = build_reward_terms(cfg.reward)  # import errors surface here, before any work
     train, held_out = load_splits(cfg)  # data errors surface here, before any training
     model, tokenizer = prepare_model(cfg, run_dir)
     reporter.print(

@@ -27,6 +27,7 @@ from rlvr.algorithms import overlong_penalty
 from rlvr.config import ConfigError, RewardConfig
 from rlvr.data import Example
 from rlvr.verifiers import VERIFIERS
+from rlvr.verifiers.pool import VerifierPool
 
 
 class RewardError(RuntimeError):
@@ -38,6 +39,7 @@ class TermScores:
     values: list[float | None]  # None = missing
     errors: int = 0
     first_error: str | None = None
+    timeouts: int = 0
 
 
 @dataclass
@@ -46,10 +48,22 @@ class RewardTerm:
     weight: float
     fn: Callable[..., Any]
     batched: bool  # True: TRL signature, one call per batch
+    pool: VerifierPool | None = None  # worker processes with a hard per-item timeout
 
     def score(self, prompts: list[str], completions: list[str], examples: list[Example], lengths: list[int]) -> TermScores:
         if self.batched:
             return self._score_batched(prompts, completions, examples, lengths)
+        if self.pool is not None:
+            result = self.pool.score(completions, [e.answer for e in examples])
+            values = []
+            for v in result.scores:
+                try:
+                    values.append(_as_reward(v))
+                except TypeError:
+                    values.append(None)
+                    result.errors += 1
+            first = result.messages[0] if result.messages else None
+            return TermScores(values, result.errors, first, result.timeouts)
         out = TermScores([])
         for completion, example in zip(completions, examples):
             try:
@@ -92,7 +106,8 @@ def _as_reward(value: Any) -> float | None:
 
 
 def build_reward_terms(cfg: RewardConfig) -> list[RewardTerm]:
-    """Resolve `reward.functions` (registry names or import paths) before any work starts."""
+    """Resolve `reward.functions` (registry names or import paths) before any work starts.
+    With reward.workers > 0 each registered verifier gets a worker pool: `close_reward_terms`."""
     weights = cfg.weights or [1.0] * len(cfg.functions)
     terms, seen = [], set()
     for i, (spec, weight) in enumerate(zip(cfg.functions, weights)):
@@ -110,8 +125,15 @@ def build_reward_terms(cfg: RewardConfig) -> list[RewardTerm]:
         if name in seen or name == "overlong":
             name = f"{name}_{i}"
         seen.add(name)
-        terms.append(RewardTerm(name, float(weight), fn, batched))
+        pool = VerifierPool(spec, workers=cfg.workers, timeout_s=cfg.timeout_s) if cfg.workers and not batched else None
+        terms.append(RewardTerm(name, float(weight), fn, batched, pool))
     return terms
+
+
+def close_reward_terms(terms: list[RewardTerm]) -> None:
+    for term in terms:
+        if term.pool is not None:
+            term.pool.close()
 
 
 @dataclass
@@ -127,6 +149,7 @@ class Scores:
             out[f"reward/{name}"] = sum(present) / len(present) if present else None
             out[f"reward/{name}/missing"] = len(t.values) - len(present)
             out[f"reward/{name}/errors"] = t.errors
+            out[f"reward/{name}/timeouts"] = t.timeouts
         return out
 
     @staticmethod
@@ -136,13 +159,15 @@ class Scores:
         for name in parts[0].terms:
             ts = [p.terms[name] for p in parts]
             merged.terms[name] = TermScores(
-                [v for t in ts for v in t.values], sum(t.errors for t in ts), next((t.first_error for t in ts if t.first_error), None)
+                [v for t in ts for v in t.values], sum(t.errors for t in ts), next((t.first_error for t in ts if t.first_error), None),
+                sum(t.timeouts for t in ts),
             )
         return merged
 
     def problems(self) -> str:
         return "; ".join(
-            f"{name}: {sum(v is None for v in t.values)} missing, {t.errors} errors" + (f" (first: {t.first_error})" if t.first_error else "")
+            f"{name}: {sum(v is None for v in t.values)} missing, {t.errors} errors, {t.timeouts} timeouts"
+            + (f" (first: {t.first_error})" if t.first_error else "")
             for name, t in self.terms.items()
             if t.errors or any(v is None for v in t.values)
         )

@@ -167,3 +167,21 @@ def test_excluded_rows_give_the_gradient_of_the_batch_without_them(aggregation, 
     subset = grad(rollouts.select(keep), adv[keep], None)
     assert with_exclusion.abs().sum() > 0
     torch.testing.assert_close(with_exclusion, subset, atol=1e-6, rtol=1e-4)
+
+
+def test_nonfinite_updates_are_skipped_counted_and_stop_the_run_with_a_checkpoint(tmp_path, monkeypatch):
+    import rlvr.update as update_module
+    from rlvr.checkpoint import load_weights
+
+    cfg, tok, model, train = setup(["train.steps=6", "train.max_nonfinite_steps=2", "checkpoint.every=0"])
+    real = update_module.completion_logprobs
+    monkeypatch.setattr(update_module, "completion_logprobs", lambda *a, **k: real(*a, **k) * float("nan"))
+    before = copy.deepcopy(model.state_dict())
+    with pytest.raises(loop.TrainingError, match=r"step 2: 2 steps in a row had a NaN/inf loss or gradient.*step-000002"):
+        loop.grpo_train(model, tok, train, cfg, term(parity), tmp_path, Bar())
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # no NaN reached a weight
+    lines = read_jsonl_records(tmp_path / "metrics.jsonl")
+    assert [r["loss/skipped_nonfinite"] for r in lines] == [1, 1]
+    saved = build_tiny_model(tok, cfg.model.tiny, seed=1)
+    load_weights(tmp_path / "checkpoints" / "step-000002", saved)
+    assert all(torch.equal(before[k], v) for k, v in saved.state_dict().items())

@@ -106,3 +106,26 @@ def test_bad_reward_functions_are_rejected_before_any_work(user_module):
 def test_duplicate_names_get_distinct_metric_keys(user_module):
     names = [t.name for t in build_reward_terms(RewardConfig(functions=["boxed_math", "boxed_math", "my_rewards:brevity"]))]
     assert names == ["boxed_math", "boxed_math_1", "brevity"]
+
+
+def test_a_hanging_verifier_is_killed_and_its_sample_counted_missing(tmp_path, monkeypatch):
+    from rlvr.verifiers.pool import VerifierPool
+
+    (tmp_path / "slow_verifiers.py").write_text("import time\n\ndef maybe_hang(c, a):\n    if c == 'hang':\n        time.sleep(600)\n    return 1.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with VerifierPool("slow_verifiers:maybe_hang", workers=2, timeout_s=1.0) as pool:
+        term = RewardTerm("slow", 1.0, None, batched=False, pool=pool)
+        t = term.score(["p"] * 3, ["ok", "hang", "ok"], [EXAMPLES[0]] * 3, [1, 1, 1])
+    assert t.values == [1.0, None, 1.0] and t.timeouts == 1 and "timed out" in t.first_error
+
+
+def test_reward_workers_build_a_pool_per_registered_verifier():
+    from rlvr.reward import close_reward_terms
+
+    terms = build_reward_terms(RewardConfig(workers=1, timeout_s=5.0))
+    try:
+        assert terms[0].pool is not None
+        s = score_completions(terms, RewardConfig(), ["p", "p"], ["\\boxed{2}", "\\boxed{3}"], EXAMPLES, [3, 3], 8)
+        assert s.total_B.tolist() == [1.0, 0.0] and s.metrics()["reward/boxed_math/timeouts"] == 0
+    finally:
+        close_reward_terms(terms)
