@@ -34,7 +34,8 @@ def fenced(source: str) -> str:
 
 
 def sandbox_processes() -> list[str]:
-    """Processes running as a sandbox uid (only meaningful as root, where jobs get one)."""
+    """Live processes running as a sandbox uid (only meaningful as root, where jobs get
+    one). Zombies are dead: their reaper is the host's init, not the verifier."""
     found = []
     for status in Path("/proc").glob("[0-9]*/status"):
         try:
@@ -42,8 +43,9 @@ def sandbox_processes() -> list[str]:
         except OSError:
             continue
         uid = int(text.split("\nUid:")[1].split()[0])
-        if _UID_BASE <= uid < _UID_BASE + 10_000 * 100:
-            found.append(f"{status.parent.name} uid={uid}")
+        state = text.split("\nState:")[1].split()[0]
+        if _UID_BASE <= uid < _UID_BASE + 10_000 * 100 and state != "Z":
+            found.append(f"{status.parent.name} uid={uid} state={state}")
     return found
 
 

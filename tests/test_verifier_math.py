@@ -325,7 +325,7 @@ def test_answers_are_never_evaluated_as_code(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(builtins, "eval", spy(real_eval))
     monkeypatch.setattr(builtins, "exec", spy(real_exec))
     monkeypatch.setattr(sympy_parser, "parse_expr", no_parse_expr)
-    verifier_math._to_sympy.cache_clear()
+    verifier_math.clear_caches()
     for completion, answer in SYMBOLIC:
         assert boxed_math(completion, answer) == 1.0
     marker = "__import__('os').getpid()"
@@ -430,12 +430,25 @@ def boxed_unless_boxed(completion: str) -> str:
     PATHOLOGICAL + [(boxed_unless_boxed(c), a, e) for c, a, e in SYMPY_TRAPS],
 )
 def test_pathological_inputs_finish_fast(completion: str, answer: str, expected: float) -> None:
-    verifier_math._to_sympy.cache_clear()  # time the cold path, not a cached parse
+    verifier_math.clear_caches()  # time the cold path, not a cached parse
     start = time.perf_counter()
     verdict = boxed_math(completion, answer)
     elapsed = time.perf_counter() - start
     assert elapsed < 1.0, f"took {elapsed:.2f}s"
     assert verdict == expected
+
+
+def test_caches_never_change_a_verdict() -> None:
+    # The symbolic verdict cache stores (verdict, cost) and the caller still pays the
+    # cost from its own budget, so a warm cache must give the cold verdicts, budget
+    # traps included (the sixteen heavy boxes run out of budget either way).
+    cases = [(boxed_unless_boxed(c), a) for c, a, _ in SYMPY_TRAPS] + [(c, a) for c, a in CORRECT + WRONG]
+    cold = []
+    for completion, answer in cases:
+        verifier_math.clear_caches()
+        cold.append(boxed_math(completion, answer))
+    warm = [boxed_math(c, a) for c, a in cases]
+    assert warm == cold == [boxed_math(c, a) for c, a in cases]
 
 
 def test_int_digit_limit_is_left_alone() -> None:
@@ -533,7 +546,7 @@ def test_pathological_inputs_finish_fast_in_a_thread() -> None:
 
     def run_all() -> None:
         for i, (completion, answer, _) in enumerate(cases):
-            verifier_math._to_sympy.cache_clear()
+            verifier_math.clear_caches()
             start = time.perf_counter()
             verdicts.append(boxed_math(completion, answer))
             if (elapsed := time.perf_counter() - start) >= 1.0:

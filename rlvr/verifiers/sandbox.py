@@ -36,7 +36,7 @@ import sys
 import tempfile
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = ["Limits", "SandboxRun", "SandboxUnavailable", "UnsandboxedCodeWarning", "resolve_sandbox", "run_job"]
@@ -159,6 +159,8 @@ def run_job(job: dict, limits: Limits, sandbox: str | None = None) -> SandboxRun
             out, err, status = _communicate(proc, payload, start + limits.total_s, cap)
         finally:
             _kill_group(proc, grace_s=0.5 if status == "ok" else 0.0)
+            if job["uid"] is not None:
+                _sweep_uid(job["uid"])
     run = SandboxRun(status=status, stderr=err.decode("utf-8", "replace")[-4000:], wall_s=time.monotonic() - start)
     for line in out.split(b"\n"):
         try:
@@ -181,6 +183,44 @@ def _sandbox_uid() -> int:
     """A uid for one job. Concurrent jobs get different uids (the counter, the pid), so
     one job's fork bomb does not use up another's process limit."""
     return _UID_BASE + (os.getpid() % 10_000) * 100 + next(_uid_counter) % 100
+
+
+def _sweep_uid(uid: int, patience_s: float = 2.0) -> None:
+    """Return only when no live process runs as the job's uid, killing stragglers.
+
+    The PID namespace dies with bwrap, but its processes may still be exiting when the
+    outer bwrap has already returned (a fork bomb under load takes a moment): the
+    verdict must not come before they are gone. Zombies are dead already (their
+    reaper is the host's init) and are not waited for.
+    """
+    deadline = time.monotonic() + patience_s
+    while True:
+        alive = [pid for pid, state in _processes_of(uid) if state != "Z"]
+        if not alive or time.monotonic() > deadline:
+            return
+        for pid in alive:
+            try:
+                os.kill(pid, signal.SIGKILL)  # unique uid: these are the job's processes
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.005)
+
+
+def _processes_of(uid: int) -> list[tuple[int, str]]:
+    """(pid, state letter) of every process whose real uid is ``uid``."""
+    found, needle = [], b"\nUid:\t%d\t" % uid
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/status", "rb") as f:
+                status = f.read(1024)
+        except OSError:
+            continue
+        if needle in status:
+            state = status.partition(b"\nState:")[2].split(None, 1)[:1]
+            found.append((int(entry.name), state[0].decode() if state else "?"))
+    return found
 
 
 def _python() -> str:

@@ -45,16 +45,24 @@ Fuzzing inside these bounds found no input slower than about half a second.
 
 from __future__ import annotations
 
-from rlvr.verifiers.math.equal import _Budget, _equivalent
+from rlvr.verifiers.math.equal import _Budget, _equivalent, _symbolic_verdict
 from rlvr.verifiers.math.extract import MAX_ANSWER_CHARS, _boxes, _unwrap_nested, extract_last_boxed
-from rlvr.verifiers.math.normalise import _normalise
-from rlvr.verifiers.math.parse import _to_sympy  # noqa: F401  (tests clear its cache)
+from rlvr.verifiers.math.normalise import _normalise, _normalise_cached
+from rlvr.verifiers.math.parse import _to_sympy
 
-__all__ = ["MAX_ANSWER_CHARS", "boxed_math", "extract_last_boxed"]
+__all__ = ["MAX_ANSWER_CHARS", "boxed_math", "clear_caches", "extract_last_boxed"]
 
 _MAX_DISTINCT_BOXES = 16  # more distinct boxed answers than this is a hedge, not a proof
 
 # ---------------------------------------------------------------------------- the reward
+
+
+def clear_caches() -> None:
+    """Forget cached parses and symbolic verdicts (to time the cold path; verdicts never
+    depend on the caches)."""
+    _normalise_cached.cache_clear()
+    _to_sympy.cache_clear()
+    _symbolic_verdict.cache_clear()
 
 
 def _verdict(completion: str, answer: str) -> bool:

@@ -6,6 +6,8 @@ prove a difference. A per-call :class:`_Budget` bounds the total symbolic work.
 
 from __future__ import annotations
 
+import functools
+import math
 import re
 from typing import Any, Callable
 
@@ -60,6 +62,10 @@ def _numerically_different(a: Any, b: Any) -> bool:
             if not (_tame_exponents(a, subs) and _tame_exponents(b, subs)):
                 continue
             av, bv = a.evalf(30, subs=subs), b.evalf(30, subs=subs)
+            x, y = complex(av), complex(bv)  # cheap first look in double precision
+            near = max(abs(x), abs(y))
+            if math.isfinite(near) and near > 0 and abs(x - y) / near > 1e-9:
+                return True  # apart far beyond double rounding (~1e-16): no need for sympy
             scale = sp.Max(sp.Abs(av), sp.Abs(bv))
             if scale != 0 and float(sp.Abs(av - bv) / scale) > 1e-20:
                 return True
@@ -82,20 +88,35 @@ def _tame_exponents(expr: Any, subs: dict[Any, Any]) -> bool:
     return True
 
 
-def _symbolically_equal(a: Any, b: Any, budget: _Budget) -> bool:
-    """Exact equality of two guarded sympy expressions.
+@functools.lru_cache(maxsize=8192)  # the G completions of a prompt often share answers
+def _symbolic_verdict(cand: str, gold: str) -> tuple[bool, int]:
+    """``(equal, cost)`` for two normalised answers; ``cost`` is the budget it needs.
+
+    A pure function of the two strings, so caching it changes no verdict: the caller
+    pays ``cost`` from its own budget and gets False when it cannot, exactly as if the
+    comparison had run. Comparisons that no budget could afford are not run at all.
+    """
+    a, b = _to_sympy(cand), _to_sympy(gold)
+    if a is None or b is None:
+        return False, 0
+    if a == b:
+        return True, 0
+    diff = a - b
+    if diff == 0:
+        return True, 0
+    cost = max(_expanded_size(diff))
+    if cost > _MAX_EXPANDED_TERMS - _COMPARISON_CHARGE or _root_work(diff) > _MAX_ROOT_WORK:
+        return False, cost  # rewriting it could take seconds: refused
+    return _symbolically_equal(a, b, diff), cost
+
+
+def _symbolically_equal(a: Any, b: Any, diff: Any) -> bool:
+    """Exact equality of two guarded sympy expressions whose difference is ``diff``.
 
     ``sympy.simplify`` is deliberately not used: its run time is unpredictable (and
     its first call imports sympy.physics).
     """
     sp = _sympy()
-    if a == b:
-        return True
-    diff = a - b
-    if diff == 0:
-        return True
-    if not budget.spend(max(_expanded_size(diff))) or _root_work(diff) > _MAX_ROOT_WORK:
-        return False  # rewriting it could take seconds: refused
     if _numerically_different(a, b):
         return False
     exact: list[Callable[[Any], Any]] = [
@@ -174,8 +195,8 @@ def _scalar_equal(cand: str, gold: str, budget: _Budget) -> bool:
         return fast  # both plain numbers: decided without sympy
     if not budget.spend(_COMPARISON_CHARGE):
         return False
-    a, b = _to_sympy(cand), _to_sympy(gold)
-    return a is not None and b is not None and _symbolically_equal(a, b, budget)
+    equal, cost = _symbolic_verdict(cand, gold)
+    return budget.spend(cost) and equal
 
 
 def _equivalent(cand: str, gold: str, budget: _Budget) -> bool:

@@ -7,6 +7,7 @@ compares plain numbers (integers, decimals, ``a/b``, ``\\frac{a}{b}``) exactly w
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 from fractions import Fraction
@@ -55,6 +56,20 @@ def _normalise(s: str) -> str:
     >>> _normalise(r" $x = \\dfrac{1}{2}$ ")
     '\\\\frac{1}{2}'
     """
+    # Gold answers repeat G times per prompt and boxes repeat within a group: the
+    # regex passes below are most of the fast path's cost, so short strings are cached.
+    return _normalise_cached(s) if len(s) <= _CACHED_CHARS else _normalise_uncached(s)
+
+
+_CACHED_CHARS = 600
+
+
+@functools.lru_cache(maxsize=16384)
+def _normalise_cached(s: str) -> str:
+    return _normalise_uncached(s)
+
+
+def _normalise_uncached(s: str) -> str:
     s = s.replace("\\$", "").replace("$", "")  # "\$18" is a price, "$x$" is math mode
     s = _LEFT_RIGHT.sub("", s)
     s = _SPACING.sub(" ", s)

@@ -1,0 +1,75 @@
+"""Sandboxed programs/s: python_code on small programs, 1 to N at a time.
+
+    .venv/bin/python bench/sandbox.py                  # 200 programs, 1, 2 and 4 at a time
+    .venv/bin/python bench/sandbox.py --programs 500 --parallel 2
+
+Each item is one completion (a small function or stdin/stdout program, right or
+wrong) and its 3 tests, scored by the registered ``python_code`` verifier: one
+bubblewrap sandbox per item, one forked child per test inside it. Jobs run from
+threads (the work is in the sandbox processes), which is how a verification pool's
+workers use it. On a 2-core machine two at a time is the useful maximum.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from rlvr.verifiers import python_code
+
+TASKS = [
+    (
+        {"asserts": ["assert add(2, 3) == 5", "assert add(-4, 10) == 6", "assert add(10, 20) == 30"]},
+        ["def add(a, b):\n    return a + b", "def add(a, b):\n    return a - b"],
+    ),
+    (
+        {"asserts": ["assert fib(1) == 1", "assert fib(10) == 55", "assert fib(20) == 6765"]},
+        [
+            "def fib(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a",
+            "def fib(n):\n    return n",
+        ],
+    ),
+    (
+        {"asserts": ["assert rev('abc') == 'cba'", "assert rev('') == ''", "assert rev([1, 2]) == [2, 1]"]},
+        ["def rev(s):\n    return s[::-1]", "def rev(s):\n    return ''.join(reversed(s))"],
+    ),
+    (
+        {"io": [{"stdin": "3\n1 2 3\n", "stdout": "6\n"}, {"stdin": "1\n5\n", "stdout": "5\n"},
+                {"stdin": "2\n-1 1\n", "stdout": "0\n"}]},
+        ["input()\nprint(sum(map(int, input().split())))", "print(6)"],
+    ),
+]
+
+
+def make_items(n: int) -> list[tuple[str, str]]:
+    items = []
+    while len(items) < n:
+        for tests, programs in TASKS:
+            for program in programs:
+                items.append((f"Solution:\n```python\n{program}\n```\n", json.dumps(tests)))
+    return items[:n]
+
+
+def run(items: list[tuple[str, str]], parallel: int) -> tuple[float, float]:
+    start = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
+        scores = list(pool.map(lambda item: python_code(*item), items))
+    return len(items) / (time.perf_counter() - start), sum(scores) / len(scores)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--programs", type=int, default=200)
+    ap.add_argument("--parallel", type=int, nargs="+", default=[1, 2, 4])
+    args = ap.parse_args()
+    items = make_items(args.programs)
+    python_code(*items[0])  # warm the page cache before timing
+    for parallel in args.parallel:
+        rate, mean = run(items, parallel)
+        print(f"{parallel} at a time: {rate:6.1f} programs/s   (mean reward {mean:.2f}, {len(items)} programs x 3 tests)")
+
+
+if __name__ == "__main__":
+    main()
