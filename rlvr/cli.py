@@ -105,12 +105,15 @@ def train(
     if dry_run:
         from rlvr.pipeline import load_splits
 
+        skipped: list = []
         try:
-            train_set, held_out = load_splits(cfg)
+            train_set, held_out = load_splits(cfg, skipped)
         except (ConfigError, DataError) as err:
             console.print(f"[red]error:[/] {err}")
             raise typer.Exit(2) from None
         sys.stdout.write(to_toml(cfg).lstrip("\n"))
+        for problem in skipped:
+            console.print(f"[yellow]skipped[/] {problem.where}: {problem.message}")
         console.print(f"[green]ok:[/] config valid; {len(train_set)} train and {len(held_out)} held-out examples")
         return
     _run(cfg, "train", quiet)

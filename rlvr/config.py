@@ -111,6 +111,8 @@ class DataConfig:
     answer_field: str = knob("answer", "JSONL field with the gold final answer.")
     solution_field: str = knob("solution", "JSONL field with a worked solution for SFT (optional unless sft.steps > 0).")
     level_field: str = knob("level", "Optional JSONL field with a difficulty level, reported per level in evaluation.")
+    id_field: str = knob("id", "Optional JSONL field with a unique row id; a repeated id is a bad row.")
+    skip_bad_rows: bool = knob(False, "Leave bad JSONL rows out (each reported and counted) instead of refusing the file.")
     system_prompt: str = knob("", "System message for chat-template models; empty sends none.")
     use_chat_template: bool = knob(True, "Wrap prompts in the tokenizer's chat template when it has one.")
 
@@ -305,6 +307,32 @@ class Config:
     def validate(self) -> "Config":
         for f in dataclasses.fields(self):
             getattr(self, f.name).validate()
+        # Settings that are valid alone but contradict each other: say which and why.
+        _require(
+            not (self.sft.save_model and self.sft.steps == 0), "sft.save_model", "is true but sft.steps = 0: there is no SFT model to save"
+        )
+        _require(
+            self.data.source == "jsonl" or not (self.data.train_path or self.data.eval_path),
+            "data.train_path",
+            "is set but data.source = 'arithmetic' would ignore it; set data.source = 'jsonl'",
+        )
+        _require(
+            not (self.checkpoint.auto_resume and not self.run.output_dir),
+            "checkpoint.auto_resume",
+            "needs a fixed run.output_dir: without one every run gets a new timestamped directory and has nothing to resume",
+        )
+        if not self.model.path:  # the tiny lab model has a fixed context: prompt + completion must fit
+            longest_prompt = len(self.task.prompt_template.replace("{expr}", "")) + 2 * self.task.max_ops + 1 + (
+                (self.task.max_ops + 1) * (len(str(self.task.max_operand)) - 1)
+            )
+            longest = longest_prompt + max(self.rollout.max_new_tokens, self.eval.max_new_tokens)
+            _require(
+                longest <= self.model.tiny.max_positions,
+                "model.tiny.max_positions",
+                f"= {self.model.tiny.max_positions} but a prompt of up to {longest_prompt} tokens plus "
+                f"{max(self.rollout.max_new_tokens, self.eval.max_new_tokens)} new tokens needs {longest}; "
+                "raise it or lower rollout/eval max_new_tokens",
+            )
         if self.reward.overlong_buffer_frac > 0:
             _require(
                 round(self.reward.overlong_buffer_frac * self.rollout.max_new_tokens) >= 1,

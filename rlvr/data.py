@@ -12,7 +12,8 @@ import re
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from collections import Counter
+from typing import Any, Callable
 
 from transformers import PreTrainedTokenizerBase
 
@@ -46,64 +47,130 @@ def format_prompt(tokenizer: PreTrainedTokenizerBase, prompt: str, cfg: DataConf
     return prompt
 
 
-def _field(record: dict[str, Any], name: str, where: str, required: bool) -> str | None:
+class _BadRow(Exception):
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+def _field(record: dict[str, Any], name: str, required: bool) -> str | None:
     if name not in record or record[name] is None:
         if required:
-            raise DataError(f"{where}: missing field {name!r} (fields present: {sorted(record)})")
+            raise _BadRow(f"missing field {name!r}", f"missing field {name!r} (fields present: {sorted(record)})")
         return None
     value = record[name]
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise DataError(f"{where}: field {name!r} must be a string or number, got {type(value).__name__}")
+        raise _BadRow(f"wrong type of field {name!r}", f"field {name!r} must be a string or number, got {type(value).__name__}")
     text = str(value)
     if required and not text.strip():
-        raise DataError(f"{where}: field {name!r} is empty")
+        raise _BadRow(f"empty field {name!r}", f"field {name!r} is empty")
     return text
 
 
-def read_jsonl(path: str | Path, cfg: DataConfig, need_solution: bool = False) -> list[Example]:
-    """Read and validate every line; the first bad line raises DataError with file:line."""
+@dataclass
+class Problem:
+    where: str  # file:line
+    kind: str  # what is counted, e.g. "missing field 'answer'"
+    message: str
+
+
+def _parse_line(raw: bytes, lineno: int, cfg: DataConfig, need_solution: bool, answer_ok: Callable[[str], bool] | None) -> Example | None:
+    try:
+        # utf-8-sig on the first line accepts the BOM some editors write
+        line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+    except UnicodeDecodeError as err:
+        raise _BadRow("not UTF-8", f"not valid UTF-8 (byte {err.start + 1} of the line)") from None
+    if not line.strip():
+        return None
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise _BadRow("invalid JSON", f"invalid JSON ({err.msg} at column {err.colno})") from None
+    if not isinstance(record, dict):
+        raise _BadRow("not a JSON object", f"expected a JSON object, got {type(record).__name__}")
+    level = _field(record, cfg.level_field, required=False)
+    if level is not None and not re.fullmatch(r"-?[0-9]+", level.strip()):
+        raise _BadRow(f"bad field {cfg.level_field!r}", f"field {cfg.level_field!r} must be an integer, got {level!r}")
+    prompt = _field(record, cfg.prompt_field, required=True)
+    answer = _field(record, cfg.answer_field, required=True)
+    if answer_ok is not None and not answer_ok(answer):
+        raise _BadRow(
+            f"unparseable field {cfg.answer_field!r}",
+            f"field {cfg.answer_field!r} = {answer[:80]!r} cannot be matched by the verifier even against itself (not a final answer)",
+        )
+    return Example(
+        prompt=prompt,
+        answer=answer,
+        solution=_field(record, cfg.solution_field, required=need_solution),
+        level=int(level) if level is not None else None,
+        info=record,
+    )
+
+
+def read_jsonl(
+    path: str | Path,
+    cfg: DataConfig,
+    need_solution: bool = False,
+    answer_ok: Callable[[str], bool] | None = None,
+    skipped: list[Problem] | None = None,
+) -> list[Example]:
+    """Read and validate every line, then report every problem at once.
+
+    A bad row (invalid JSON or UTF-8, a missing, empty or wrong-typed field, a gold answer that
+    `answer_ok` rejects, an `id` seen on an earlier line) raises DataError naming each
+    file:line and counting each kind of problem, unless `cfg.skip_bad_rows`: then bad rows are
+    left out and appended to `skipped` for the caller to report.
+    """
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: file not found")
-    examples = []
+    examples, problems, seen_ids = [], [], {}
     with path.open("rb") as fh:
         for lineno, raw in enumerate(fh, start=1):
             where = f"{path}:{lineno}"
             try:
-                # utf-8-sig on the first line accepts the BOM some editors write
-                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
-            except UnicodeDecodeError as err:
-                raise DataError(f"{where}: not valid UTF-8 (byte {err.start + 1} of the line)") from None
-            if not line.strip():
+                example = _parse_line(raw, lineno, cfg, need_solution, answer_ok)
+                if example is None:
+                    continue
+                row_id = example.info.get(cfg.id_field) if cfg.id_field else None
+                if row_id is not None:
+                    key = json.dumps(row_id, sort_keys=True)
+                    if key in seen_ids:
+                        raise _BadRow(f"duplicate {cfg.id_field!r}", f"{cfg.id_field} {row_id!r} already on line {seen_ids[key]}")
+                    seen_ids[key] = lineno
+            except _BadRow as bad:
+                problems.append(Problem(where, bad.kind, str(bad)))
                 continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise DataError(f"{where}: invalid JSON ({err.msg} at column {err.colno})") from None
-            if not isinstance(record, dict):
-                raise DataError(f"{where}: expected a JSON object, got {type(record).__name__}")
-            level = _field(record, cfg.level_field, where, required=False)
-            if level is not None and not re.fullmatch(r"-?[0-9]+", level.strip()):
-                raise DataError(f"{where}: field {cfg.level_field!r} must be an integer, got {level!r}")
-            examples.append(
-                Example(
-                    prompt=_field(record, cfg.prompt_field, where, required=True),
-                    answer=_field(record, cfg.answer_field, where, required=True),
-                    solution=_field(record, cfg.solution_field, where, required=need_solution),
-                    level=int(level) if level is not None else None,
-                    info=record,
-                )
-            )
+            examples.append(example)
+    if problems and not cfg.skip_bad_rows:
+        raise DataError(describe_problems(path, problems, len(examples)))
+    if skipped is not None:
+        skipped.extend(problems)
     if not examples:
-        raise DataError(f"{path}: no examples")
+        raise DataError(f"{path}: no examples" + (f" ({len(problems)} bad rows skipped)" if problems else ""))
     return examples
 
 
-def load_jsonl_splits(cfg: DataConfig, seed: int, need_solution: bool) -> tuple[list[Example], list[Example]]:
+def describe_problems(path: Path, problems: list[Problem], good: int, show: int = 10) -> str:
+    counts = Counter(p.kind for p in problems)
+    head = f"{path}: {len(problems)} bad rows of {len(problems) + good} (" + ", ".join(f"{n} {kind}" for kind, n in counts.most_common()) + ")"
+    lines = [f"  {p.where}: {p.message}" for p in problems[:show]]
+    more = [f"  ... and {len(problems) - show} more"] if len(problems) > show else []
+    hint = ["  fix them, or set data.skip_bad_rows = true to train without them"]
+    return "\n".join([head, *lines, *more, *hint])
+
+
+def load_jsonl_splits(
+    cfg: DataConfig,
+    seed: int,
+    need_solution: bool,
+    answer_ok: Callable[[str], bool] | None = None,
+    skipped: list[Problem] | None = None,
+) -> tuple[list[Example], list[Example]]:
     """Train and held-out examples from the user's files (held out from train when no eval file)."""
-    train = read_jsonl(cfg.train_path, cfg, need_solution)
+    train = read_jsonl(cfg.train_path, cfg, need_solution, answer_ok, skipped)
     if cfg.eval_path:
-        return train, read_jsonl(cfg.eval_path, cfg)
+        return train, read_jsonl(cfg.eval_path, cfg, False, answer_ok, skipped)
     order = list(range(len(train)))
     random.Random(seed).shuffle(order)
     n_eval = max(1, int(len(train) * cfg.eval_fraction))

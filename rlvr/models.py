@@ -29,7 +29,13 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
-from rlvr.config import TinyModelConfig
+from rlvr.config import ConfigError, TinyModelConfig
+
+
+class ModelError(ConfigError):
+    """model.path does not name a usable model; the message says what is missing."""
+
+
 
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
 # Multi-character pieces that get one token each, so a boxed answer costs 2 tokens of syntax.
@@ -78,21 +84,53 @@ def save_pretrained(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, 
     return directory
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
+
+
+def check_model_path(path: str, parts: tuple[str, ...] = ("model", "tokenizer")) -> None:
+    """One clear line when model.path cannot be a model, before transformers' long tracebacks.
+
+    A path that exists, or looks like one (absolute, ./, ../, ~), is checked as a directory
+    holding the `parts` asked for; anything else is taken as a hub id and left to the hub client
+    and its cache."""
+    local = Path(path).expanduser()
+    if not (path.startswith(("/", "./", "../", "~")) or local.exists()):
+        return
+    if not local.is_dir():
+        raise ModelError(f"model.path: {path} does not exist" if not local.exists() else f"model.path: {path} is a file, not a model directory")
+    if "model" in parts and not (local / "config.json").is_file():
+        raise ModelError(f"model.path: {path} has no config.json (not a model saved with save_pretrained)")
+    if "tokenizer" in parts and not any((local / name).is_file() for name in TOKENIZER_FILES):
+        raise ModelError(f"model.path: {path} has no tokenizer files (none of {', '.join(TOKENIZER_FILES)})")
+    if "model" in parts and not any(local.glob("*.safetensors")) and not any(local.glob("*.bin")):
+        raise ModelError(f"model.path: {path} has no weights (*.safetensors or *.bin)")
+
+
+def _first_line(err: Exception) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]
+
+
 def load_tokenizer(path: str, trust_remote_code: bool = False) -> PreTrainedTokenizerBase:
     """AutoTokenizer by hub id or directory; a missing pad token falls back to EOS."""
-    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    check_model_path(path, ("tokenizer",))
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as err:
+        raise ModelError(f"model.path: cannot load a tokenizer from {path!r}: {_first_line(err)}") from None
     if tokenizer.pad_token_id is None:
         if tokenizer.eos_token_id is None:
-            raise ValueError(f"{path}: tokenizer has neither a pad nor an EOS token; cannot batch or stop")
+            raise ModelError(f"model.path: the tokenizer of {path} has neither a pad nor an EOS token; cannot batch or stop")
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
 
 
 def load_model(path: str, dtype: str = "float32", device: str = "cpu", trust_remote_code: bool = False) -> PreTrainedModel:
     """AutoModelForCausalLM by hub id or directory, in the requested dtype, on the device."""
-    model = AutoModelForCausalLM.from_pretrained(
-        path, dtype=getattr(torch, dtype), trust_remote_code=trust_remote_code
-    )
+    check_model_path(path, ("model",))
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype), trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as err:
+        raise ModelError(f"model.path: cannot load a causal LM from {path!r}: {_first_line(err)}") from None
     return model.to(device)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 import random
 import shutil
 import time
@@ -41,13 +42,14 @@ from rlvr.checkpoint import (
     step_name,
 )
 from rlvr.config import Config, ConfigError, atomic_write_text, load_config, save_config, to_toml
-from rlvr.data import Example, load_jsonl_splits
+from rlvr.data import Example, Problem, boxed, load_jsonl_splits
 from rlvr.loop import TrainingError, grpo_train
 from rlvr.metrics import Reporter, plot_reward_curve
-from rlvr.models import build_char_tokenizer, build_tiny_model, count_parameters, load_model, load_tokenizer, resolve_device, save_pretrained
+from rlvr.models import build_char_tokenizer, check_model_path, build_tiny_model, count_parameters, load_model, load_tokenizer, resolve_device, save_pretrained
 from rlvr.stages.evaluate import EvalResult, evaluate, num_batches
 from rlvr.stages.sft import sft_train
 from rlvr.tasks.arithmetic import make_splits
+from rlvr.verifiers import get_verifier
 from rlvr.reward import build_reward_terms, close_reward_terms
 
 
@@ -70,10 +72,14 @@ def prepare_run_dir(cfg: Config, command: str, resume: bool) -> tuple[Path, bool
     return run_dir, started
 
 
-def load_splits(cfg: Config) -> tuple[list[Example], list[Example]]:
+def load_splits(cfg: Config, skipped: list[Problem] | None = None) -> tuple[list[Example], list[Example]]:
     if cfg.data.source == "arithmetic":
         return make_splits(cfg.task, cfg.run.seed)
-    return load_jsonl_splits(cfg.data, cfg.run.seed, need_solution=cfg.sft.steps > 0)
+    answer_ok = None
+    if cfg.reward.functions[0] == "boxed_math":  # a gold answer the verifier cannot match to itself can never be rewarded
+        verify = get_verifier("boxed_math")
+        answer_ok = lambda answer: verify(boxed(answer), answer) == 1.0  # noqa: E731
+    return load_jsonl_splits(cfg.data, cfg.run.seed, need_solution=cfg.sft.steps > 0, answer_ok=answer_ok, skipped=skipped)
 
 
 def prepare_model(cfg: Config, run_dir: Path):
@@ -113,13 +119,18 @@ def run(cfg: Config, reporter: Reporter, command: str = "train", resume: bool = 
 
 def _run(cfg: Config, reporter: Reporter, command: str, resume: bool, reward_terms) -> dict:
     started = time.perf_counter()
+    skipped: list[Problem] = []
+    train, held_out = load_splits(cfg, skipped)  # bad data or model paths stop the run before anything is written
+    if cfg.model.path:
+        check_model_path(cfg.model.path)
     run_dir, resuming = prepare_run_dir(cfg, command, resume)
     save_config(cfg, run_dir / "config.toml")
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
     seed_everything(cfg.run.seed)
     configure_cpu_math()
-    train, held_out = load_splits(cfg)  # data errors surface here, before any training
+    if skipped:
+        reporter.print(f"[yellow]skipped {len(skipped)} bad rows[/] (data.skip_bad_rows): {dict(Counter(p.kind for p in skipped))}")
     model, tokenizer = prepare_model(cfg, run_dir)
     reporter.print(
         f"run dir [bold]{run_dir}[/]  model {cfg.model.path or 'tiny Qwen3'} ({count_parameters(model) / 1e6:.2f}M params)  "
@@ -191,6 +202,7 @@ def _run(cfg: Config, reporter: Reporter, command: str, resume: bool, reward_ter
         "seconds": seconds,
         "rl_steps": len(records),
         "resumed_from": str(resume_from) if resume_from else None,
+        "data_rows_skipped": [f"{p.where}: {p.message}" for p in skipped],
     }
     atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
     reporter.print(summary_table(evals, seconds))

@@ -391,3 +391,35 @@ def test_bare_word_override_of_a_string_field_stays_the_text_typed():
     # TOML would read these as a date and a boolean; the field is a string, so the text is kept.
     cfg = load_config(overrides=["run.output_dir=2024-01-01", "data.system_prompt=true"])
     assert cfg.run.output_dir == "2024-01-01" and cfg.data.system_prompt == "true"
+
+
+@pytest.mark.parametrize(
+    "overrides, field, why",
+    [
+        (["sft.save_model=true", "sft.steps=0"], "sft.save_model", "no SFT model to save"),
+        (["data.train_path=train.jsonl"], "data.train_path", "set data.source = 'jsonl'"),
+        (["checkpoint.auto_resume=true"], "checkpoint.auto_resume", "needs a fixed run.output_dir"),
+        (["rollout.max_new_tokens=120"], "model.tiny.max_positions", "needs 130"),
+        (["eval.max_new_tokens=200", "model.tiny.max_positions=150"], "model.tiny.max_positions", "needs 210"),
+    ],
+)
+def test_contradictory_settings_are_rejected_with_the_reason(overrides, field, why):
+    with pytest.raises(ConfigError) as err:
+        load_config(overrides=overrides)
+    assert str(err.value).startswith(f"{field}:") and why in str(err.value)
+
+
+def test_contradiction_checks_leave_consistent_settings_alone():
+    load_config(overrides=["checkpoint.auto_resume=true", "run.output_dir=runs/x"])
+    load_config(overrides=["rollout.max_new_tokens=118"])  # 10-token prompt + 118 = 128 fits exactly
+    load_config(overrides=["model.path=some/model", "rollout.max_new_tokens=4096"])  # a real model's context is its own
+
+
+def test_unknown_keys_suggest_the_nearest_name(tmp_path):
+    with pytest.raises(ConfigError, match=r"algo.clip_hgh: unknown key \(did you mean algo.clip_high\?\)"):
+        load_config(overrides=["algo.clip_hgh=0.3"])
+    path = write(tmp_path, "[rollout]\ngroup_sise = 4\n")
+    with pytest.raises(ConfigError, match=r"group_sise: unknown key \(did you mean rollout.group_size\?\)"):
+        load_config(path)
+    with pytest.raises(ConfigError, match=r"reward.verifier: unknown key; it is now reward.functions"):
+        load_config(overrides=["reward.verifier=boxed_math"])

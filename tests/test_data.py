@@ -288,3 +288,63 @@ def test_raw_prompt_when_tokenizer_has_no_template():
     tok = build_char_tokenizer()
     assert not getattr(tok, "chat_template", None)
     assert format_prompt(tok, "7-1=", DataConfig(system_prompt="sys")) == "7-1="
+
+
+# ----------------------------------------------------------------------------- every problem at once
+
+
+BAD_FILE = [
+    rec(id=1, prompt="1+1?", answer="2"),
+    rec(id=2, prompt="  ", answer="3"),
+    rec(id=1, prompt="dup", answer="4"),
+    "not json",
+    rec(id=4, prompt="x", answer="\\frac{1}{"),
+    rec(id=5, prompt="x", answer=["a"]),
+    rec(id=6, question="x", answer="5"),
+    rec(id=7, prompt="ok", answer="7"),
+    rec(id=8, prompt="x"),
+]
+
+
+def boxed_math_answer_ok(answer: str) -> bool:
+    from rlvr.data import boxed
+    from rlvr.verifiers import boxed_math
+
+    return boxed_math(boxed(answer), answer) == 1.0
+
+
+def test_every_bad_row_is_reported_with_line_field_and_a_count_per_kind(tmp_path):
+    path = write_lines(tmp_path / "bad.jsonl", BAD_FILE)
+    with pytest.raises(DataError) as err:
+        read_jsonl(path, DataConfig(), answer_ok=boxed_math_answer_ok)
+    text = str(err.value)
+    assert text.startswith(f"{path}: 7 bad rows of 9 (")
+    counts = text.split("\n  ")[0]
+    for count in ["1 empty field 'prompt'", "1 duplicate 'id'", "1 invalid JSON", "1 unparseable field 'answer'",
+                  "1 wrong type of field 'answer'", "1 missing field 'prompt'", "1 missing field 'answer'"]:
+        assert count in counts, count
+    for line in [f"{path}:2: field 'prompt' is empty", f"{path}:3: id 1 already on line 1", f"{path}:4: invalid JSON",
+                 f"{path}:5: field 'answer' = '\\\\frac{{1}}{{' cannot be matched", f"{path}:6: field 'answer' must be a string or number",
+                 f"{path}:7: missing field 'prompt'", f"{path}:9: missing field 'answer'"]:
+        assert line in text, line
+    assert "data.skip_bad_rows" in text
+
+
+def test_skip_bad_rows_keeps_the_good_ones_and_reports_what_it_skipped(tmp_path):
+    path = write_lines(tmp_path / "bad.jsonl", BAD_FILE)
+    skipped = []
+    examples = read_jsonl(path, DataConfig(skip_bad_rows=True), answer_ok=boxed_math_answer_ok, skipped=skipped)
+    assert [e.prompt for e in examples] == ["1+1?", "ok"]
+    assert [p.where for p in skipped] == [f"{path}:{n}" for n in (2, 3, 4, 5, 6, 7, 9)]
+
+
+def test_only_bad_rows_is_still_an_error(tmp_path):
+    path = write_lines(tmp_path / "bad.jsonl", ["not json", rec(prompt="")])
+    with pytest.raises(DataError, match=r"no examples \(2 bad rows skipped\)"):
+        read_jsonl(path, DataConfig(skip_bad_rows=True))
+
+
+def test_ids_are_optional_and_any_json_value(tmp_path):
+    path = write_lines(tmp_path / "ok.jsonl", [rec(prompt="a", answer="1"), rec(prompt="b", answer="2"), rec(id="x", prompt="c", answer="3"),
+                                               rec(id=["x"], prompt="d", answer="4")])
+    assert len(read_jsonl(path, DataConfig())) == 4

@@ -192,3 +192,44 @@ def test_load_tokenizer_without_pad_or_eos_is_an_error(tmp_path):
     with pytest.raises(ValueError) as err:
         load_tokenizer(str(tmp_path))
     assert str(tmp_path) in str(err.value)
+
+
+# ----------------------------------------------------------------------------- model.path errors
+
+
+def test_model_path_problems_are_one_clear_line(tmp_path, monkeypatch):
+    import huggingface_hub.constants
+
+    from rlvr.models import ModelError, check_model_path, load_model
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # fail fast: no network retries
+
+    with pytest.raises(ModelError, match=r"model.path: .*nope does not exist"):
+        check_model_path(str(tmp_path / "nope"))
+    (tmp_path / "file.txt").write_text("x")
+    with pytest.raises(ModelError, match="is a file, not a model directory"):
+        check_model_path(str(tmp_path / "file.txt"))
+    with pytest.raises(ModelError, match="has no config.json"):
+        check_model_path(str(tmp_path))
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(ModelError, match="has no tokenizer files"):
+        check_model_path(str(tmp_path))
+    (tmp_path / "tokenizer.json").write_text("{}")
+    with pytest.raises(ModelError, match=r"has no weights \(\*.safetensors or \*.bin\)"):
+        check_model_path(str(tmp_path))
+    check_model_path("Qwen/Qwen2.5-0.5B")  # a hub id is left to the hub client
+    with pytest.raises(ModelError, match=r"^model.path: cannot load a causal LM from 'no-such-org-rlvr/no-such-model'"):
+        load_model("no-such-org-rlvr/no-such-model")
+
+
+def test_a_bad_model_path_stops_before_the_run_directory_is_written(tmp_path):
+    from rlvr.config import load_config
+    from rlvr.metrics import Reporter
+    from rlvr.models import ModelError
+    from rlvr.pipeline import run
+
+    out = tmp_path / "run"
+    cfg = load_config(overrides=[f"model.path={tmp_path / 'missing'}", f"run.output_dir={out}", "task.num_train=50", "task.num_eval=10"])
+    with pytest.raises(ModelError):
+        run(cfg, Reporter(enabled=False), "lab")
+    assert not out.exists()
