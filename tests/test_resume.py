@@ -178,3 +178,28 @@ def test_rewind_keeps_earlier_steps_repairs_a_torn_tail_and_rejects_corruption(t
     path.write_text('{"step": 1}\n{"st\n{"step": 2}\n')
     with pytest.raises(ValueError, match="m.jsonl:2: corrupt line"):
         rewind_jsonl(path, 5)
+
+
+def test_auto_resume_continues_the_same_command(tmp_path, data_files, uninterrupted):
+    run_dir = tmp_path / "run"
+    args = TINY + data_files + ["checkpoint.auto_resume=true"]
+    assert lab(run_dir, args, kill_at="generate@4").returncode == -9
+    again = lab(run_dir, args)  # the scheduler simply reruns the job
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert comparable(run_dir) == comparable(uninterrupted)
+
+
+def test_a_run_that_trains_fewer_steps_than_asked_fails(tmp_path, monkeypatch):
+    """Never exit 0 having trained too little (a resume that trained 0 of the remaining steps
+    and exited 0 was a real bug elsewhere)."""
+    import rlvr.pipeline as pipeline
+    from rlvr.config import load_config
+    from rlvr.loop import TrainingError
+    from rlvr.metrics import Reporter
+
+    real = pipeline.grpo_train
+    monkeypatch.setattr(pipeline, "grpo_train", lambda *a, **k: real(*a, **k)[:-1])
+    cfg = load_config(overrides=[o for o in TINY if not o.startswith("algo.")] + ["task.num_train=100", "task.num_eval=10", "train.steps=2",
+                                  f"run.output_dir={json.dumps(str(tmp_path / 'run'))}"])
+    with pytest.raises(TrainingError, match="RL ended after 1 of 2 steps"):
+        pipeline.run(cfg, Reporter(enabled=False), "lab")
