@@ -185,6 +185,10 @@ class AlgoConfig:
     )
     entropy_coef: float = knob(0.0, "Entropy bonus: subtract entropy_coef * per-token policy entropy from the loss (0 = off).")
     num_iterations: int = knob(1, "mu: optimisation passes over each rollout batch.")
+    reuse_sampling_logp: bool = knob(
+        False, "With num_iterations > 1, take the old policy's log-probs from sampling instead of a forward pass "
+        "(same weights; they differ by KV-cache numerics only, logged as rollout/logp_mismatch_max)."
+    )
     dynamic_sampling: bool = knob(
         False, "DAPO dynamic sampling: drop groups whose rewards are all equal (zero gradient) and sample more prompts to fill the batch."
     )

@@ -196,12 +196,13 @@ def grpo_train(
         t0 = time.perf_counter()
         fault_point("generate")
         per_row = [e for e in batch for _ in range(G)]
-        prompts = [format_prompt(tokenizer, e.prompt, cfg.data) for e in per_row]
-        prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts, device)
+        distinct = [format_prompt(tokenizer, e.prompt, cfg.data) for e in batch]
+        prompts = [p for p in distinct for _ in range(G)]
+        prompt_ids, prompt_mask = encode_prompts(tokenizer, distinct, device)  # prefilled once, shared by G samples
         rollouts = generate(
             policy, prompt_ids, prompt_mask,
             max_new_tokens=rc.max_new_tokens, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
-            temperature=rc.temperature, top_p=rc.top_p, generator=generator,
+            temperature=rc.temperature, top_p=rc.top_p, generator=generator, group_size=G,
         )
         t1 = time.perf_counter()
         texts = decode_completions(tokenizer, rollouts)

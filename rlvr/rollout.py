@@ -27,6 +27,7 @@ class Rollouts:
     completion_mask_BT: torch.Tensor  # 1 up to and including EOS
     truncated_B: torch.Tensor  # True where max_new_tokens was hit before EOS
     entropy_sum: float  # summed sampling entropy over generated tokens (for logging)
+    sample_logp_BT: torch.Tensor | None = None  # log-prob of each token under the sampling distribution (0 on padding)
 
     @property
     def lengths_B(self) -> torch.Tensor:
@@ -45,6 +46,7 @@ class Rollouts:
             completion_mask[:, :last],
             self.truncated_B[rows],
             0.0,
+            self.sample_logp_BT[rows, :last] if self.sample_logp_BT is not None else None,
         )
 
 
@@ -67,6 +69,7 @@ def concat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
         torch.cat([pad(r.completion_mask_BT, T, 0, left=False) for r in parts]),
         torch.cat([r.truncated_B for r in parts]),
         sum(r.entropy_sum for r in parts),
+        torch.cat([pad(r.sample_logp_BT, T, 0, left=False) for r in parts]) if all(r.sample_logp_BT is not None for r in parts) else None,
     )
 
 
@@ -102,11 +105,29 @@ def _cache_argument(model_type: type) -> str:
     return "cache" if "cache" in inspect.signature(model_type.forward).parameters else "past_key_values"
 
 
+def _share_prompt_cache(cache: object, group_size: int) -> bool:
+    """Give each of a prompt's G samples the prompt's KV cache (computed once): True if done."""
+    if group_size == 1:
+        return True
+    if not hasattr(cache, "batch_repeat_interleave"):
+        return False  # a legacy tuple cache (some remote-code models): prefill the copies instead
+    cache.batch_repeat_interleave(group_size)
+    return True
+
+
+def _drop_rows(cache: object, keep: torch.Tensor) -> bool:
+    """Remove finished rows from the KV cache: True if the cache supports it."""
+    if not hasattr(cache, "batch_select_indices"):
+        return False
+    cache.batch_select_indices(keep)
+    return True
+
+
 @torch.no_grad()
 def generate(
     model: PreTrainedModel,
-    prompt_ids_BP: torch.Tensor,
-    prompt_mask_BP: torch.Tensor,
+    prompt_ids_NP: torch.Tensor,
+    prompt_mask_NP: torch.Tensor,
     *,
     max_new_tokens: int,
     eos_id: int,
@@ -115,57 +136,84 @@ def generate(
     top_p: float = 1.0,
     greedy: bool = False,
     generator: torch.Generator | None = None,
+    group_size: int = 1,
+    compact: bool = True,
 ) -> Rollouts:
-    """Decode until every row has emitted EOS or max_new_tokens is reached."""
-    B = prompt_ids_BP.shape[0]
+    """Sample `group_size` completions of each of the N prompts (rows g*G .. g*G+G-1 answer
+    prompt g), decoding until every row has emitted EOS or max_new_tokens is reached.
+
+    Work is not repeated: each prompt is prefilled once and its KV cache shared by its G samples;
+    rows that have finished leave the batch (`compact`: whenever they are a quarter of it, since
+    dropping rows copies the cache) so they stop costing attention and MLP compute; and the
+    log-prob of every sampled token is kept (`sample_logp_BT`) so the update can check it against
+    its own recomputation.
+    """
+    G = group_size
     cache_arg = _cache_argument(type(model))
-    device = prompt_ids_BP.device
+    device = prompt_ids_NP.device
     was_training = model.training
     model.eval()
-    attn_BL = prompt_mask_BP.clone()
-    pos_B = prompt_mask_BP.sum(dim=1) - 1  # position of each row's last prompt token
     out = model(
-        input_ids=prompt_ids_BP,
-        attention_mask=attn_BL,
-        position_ids=(prompt_mask_BP.cumsum(dim=1) - 1).clamp(min=0),
+        input_ids=prompt_ids_NP,
+        attention_mask=prompt_mask_NP,
+        position_ids=(prompt_mask_NP.cumsum(dim=1) - 1).clamp(min=0),
         use_cache=True,
         logits_to_keep=1,
     )
-    done_B = torch.zeros(B, dtype=torch.bool, device=device)
-    tokens, entropy_sum = [], 0.0
-    for _ in range(max_new_tokens):
-        logits_BV = out.logits[:, -1].float()
+    prompt_ids_BP, prompt_mask_BP = prompt_ids_NP.repeat_interleave(G, 0), prompt_mask_NP.repeat_interleave(G, 0)
+    cache = getattr(out, cache_arg)
+    logits_AV = out.logits[:, -1].float().repeat_interleave(G, 0)  # A: the rows still decoding
+    if not _share_prompt_cache(cache, G):
+        out = model(input_ids=prompt_ids_BP, attention_mask=prompt_mask_BP,
+                    position_ids=(prompt_mask_BP.cumsum(dim=1) - 1).clamp(min=0), use_cache=True, logits_to_keep=1)
+        cache, logits_AV = getattr(out, cache_arg), out.logits[:, -1].float()
+    B = prompt_ids_BP.shape[0]
+    rows_A = torch.arange(B, device=device)  # which batch row each active row is
+    attn_AL = prompt_mask_BP.clone()
+    pos_A = prompt_mask_BP.sum(dim=1) - 1  # position of each row's last prompt token
+    done_A = torch.zeros(B, dtype=torch.bool, device=device)
+    tokens_BT = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=device)
+    sample_logp_BT = torch.zeros((B, max_new_tokens), device=device)
+    entropy_sum, steps = 0.0, 0
+    for t in range(max_new_tokens):
+        steps = t + 1
         if greedy:
-            next_B = logits_BV.argmax(dim=-1)
+            next_A = logits_AV.argmax(dim=-1)
+            logp_AV = torch.log_softmax(logits_AV, dim=-1)
         else:
-            next_B = sample_next(logits_BV, temperature, top_p, generator)
-            logp_BV = torch.log_softmax(logits_BV / temperature, dim=-1)
-            entropy_B = -(logp_BV.exp() * logp_BV).sum(dim=-1)
-            entropy_sum += float(entropy_B[~done_B].sum())
-        next_B = torch.where(done_B, torch.full_like(next_B, pad_id), next_B)
-        tokens.append(next_B)
-        done_B = done_B | (next_B == eos_id)
-        if bool(done_B.all()):
+            next_A = sample_next(logits_AV, temperature, top_p, generator)
+            logp_AV = torch.log_softmax(logits_AV / temperature, dim=-1)
+            entropy_sum += float((-(logp_AV.exp() * logp_AV).sum(dim=-1))[~done_A].sum())
+        next_A = torch.where(done_A, torch.full_like(next_A, pad_id), next_A)
+        tokens_BT[rows_A, t] = next_A
+        sample_logp_BT[rows_A, t] = torch.where(done_A, 0.0, logp_AV.gather(1, next_A.unsqueeze(1)).squeeze(1))
+        done_A = done_A | (next_A == eos_id)
+        if bool(done_A.all()):
             break
-        attn_BL = torch.cat([attn_BL, torch.ones((B, 1), dtype=attn_BL.dtype, device=device)], dim=1)
-        pos_B = pos_B + 1
+        if compact and int(done_A.sum()) * 4 >= len(done_A):
+            keep = torch.nonzero(~done_A).squeeze(1)
+            if _drop_rows(cache, keep):
+                rows_A, attn_AL, pos_A, next_A, done_A = rows_A[keep], attn_AL[keep], pos_A[keep], next_A[keep], done_A[keep]
+        attn_AL = torch.cat([attn_AL, torch.ones((len(rows_A), 1), dtype=attn_AL.dtype, device=device)], dim=1)
+        pos_A = pos_A + 1
         out = model(
-            input_ids=next_B.unsqueeze(1),
-            attention_mask=attn_BL,
-            position_ids=pos_B.unsqueeze(1),
+            input_ids=next_A.unsqueeze(1),
+            attention_mask=attn_AL,
+            position_ids=pos_A.unsqueeze(1),
             use_cache=True,
-            **{cache_arg: getattr(out, cache_arg)},
+            **{cache_arg: cache},
         )
+        cache, logits_AV = getattr(out, cache_arg), out.logits[:, -1].float()
     model.train(was_training)
 
-    completion_ids_BT = torch.stack(tokens, dim=1)
+    completion_ids_BT = tokens_BT[:, :steps]
     # A token is real if no EOS came strictly before it: EOS itself is kept, so the model
     # learns (and is credited for) stopping.
     eos_BT = (completion_ids_BT == eos_id).long()
-    before_eos_BT = (eos_BT.cumsum(dim=1) - eos_BT) == 0
-    completion_mask_BT = before_eos_BT.long()
+    completion_mask_BT = ((eos_BT.cumsum(dim=1) - eos_BT) == 0).long()
     truncated_B = ~(eos_BT.bool().any(dim=1))
-    return Rollouts(prompt_ids_BP, prompt_mask_BP, completion_ids_BT, completion_mask_BT, truncated_B, entropy_sum)
+    return Rollouts(prompt_ids_BP, prompt_mask_BP, completion_ids_BT, completion_mask_BT, truncated_B, entropy_sum,
+                    sample_logp_BT[:, :steps] * completion_mask_BT)
 
 
 def decode_completions(tokenizer: PreTrainedTokenizerBase, rollouts: Rollouts) -> list[str]:

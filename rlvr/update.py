@@ -123,14 +123,20 @@ def rl_update(
 
     # With one pass the policy *is* the sampling policy: old log-probs are the detached current
     # ones and need no extra forward. With more passes they are frozen before the first step.
-    old = frozen_logprobs(policy, chunks, temperature) if algo.num_iterations > 1 else None
+    # The sampler's own log-probs can stand in for that forward (`algo.reuse_sampling_logp`): they
+    # come from the same weights, differing only by KV-cache numerics (rollout/logp_mismatch_max).
+    if algo.num_iterations > 1 and algo.reuse_sampling_logp and all(c.sample_logp_BT is not None for c in chunks):
+        old = [c.sample_logp_BT for c in chunks]
+    else:
+        old = frozen_logprobs(policy, chunks, temperature) if algo.num_iterations > 1 else None
     ref = frozen_logprobs(reference, chunks, temperature) if reference is not None and kl_coef > 0 else None
 
     entropy_bonus = algo.entropy_coef != 0.0
     skipped = 0
     sums: dict[str, float] = defaultdict(float)
     tokens_seen = 0
-    for _ in range(algo.num_iterations):
+    mismatch_sum, mismatch_max = 0.0, 0.0
+    for pass_index in range(algo.num_iterations):
         optimizer.zero_grad(set_to_none=True)
         total = torch.zeros(())
         for i, chunk in enumerate(chunks):
@@ -166,6 +172,9 @@ def rl_update(
             for name, value in metrics.items():
                 sums[name] += float(value) * n_tok
             sums["loss/logp_mean"] += float(masked_mean(logp.detach(), chunk.completion_mask_BT)) * n_tok
+            if pass_index == 0 and chunk.sample_logp_BT is not None:  # the policy is still the sampler here
+                gap = torch.where(chunk.completion_mask_BT.bool(), (logp.detach() - chunk.sample_logp_BT).abs(), 0.0)
+                mismatch_sum, mismatch_max = mismatch_sum + float(gap.sum()), max(mismatch_max, float(gap.max()))
         if chunks:  # max_norm=inf measures the norm without clipping
             grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), max_grad_norm or float("inf"))
             if torch.isfinite(grad_norm) and torch.isfinite(total):
@@ -184,4 +193,7 @@ def rl_update(
     out["loss/excluded"] = int((~include_B).sum())
     out["loss/skipped_nonfinite"] = skipped  # optimizer passes skipped for a NaN/inf loss or gradient
     out["loss/lr"] = scheduler.get_last_lr()[0]
+    first_pass_tokens = tokens_seen / algo.num_iterations
+    out["rollout/logp_mismatch_mean"] = mismatch_sum / max(first_pass_tokens, 1)
+    out["rollout/logp_mismatch_max"] = mismatch_max
     return out

@@ -129,3 +129,52 @@ def test_select_trims_padding_the_subset_does_not_need():
     )
     sub = r.select(torch.tensor([0]))
     assert sub.prompt_ids_BP.tolist() == [[5]] and sub.completion_ids_BT.tolist() == [[1]]
+
+
+# ----------------------------------------------------------------------------- shared prefill, compaction, sampling log-probs
+
+
+@pytest.fixture
+def stops_at_position_9(model, tokenizer):
+    """Make the model say EOS whenever it writes position 9, so rows of different prompt
+    lengths finish at different steps (and compaction has rows to drop)."""
+
+    def hook(module, args, kwargs, output):
+        pos = kwargs["position_ids"][:, -output.logits.shape[1]:]
+        output.logits[..., tokenizer.eos_token_id] += 1e4 * (pos == 8)  # logits at position 8 predict position 9
+        return output
+
+    handle = model.register_forward_hook(hook, with_kwargs=True)
+    yield model
+    handle.remove()
+
+
+def test_shared_prompt_cache_equals_prefilling_every_copy(model, tokenizer):
+    ids, mask = encode_prompts(tokenizer, PROMPTS, torch.device("cpu"))
+    kw = dict(max_new_tokens=10, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id, greedy=True)
+    shared = generate(model, ids, mask, group_size=3, **kw)
+    copies = generate(model, ids.repeat_interleave(3, 0), mask.repeat_interleave(3, 0), **kw)
+    assert torch.equal(shared.prompt_ids_BP, copies.prompt_ids_BP)
+    assert torch.equal(shared.completion_ids_BT, copies.completion_ids_BT)
+    assert torch.equal(shared.completion_mask_BT, copies.completion_mask_BT)
+
+
+def test_dropping_finished_rows_changes_no_row(stops_at_position_9, tokenizer):
+    ids, mask = encode_prompts(tokenizer, PROMPTS, torch.device("cpu"))
+    kw = dict(max_new_tokens=12, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id, greedy=True, group_size=2)
+    compacted = generate(stops_at_position_9, ids, mask, compact=True, **kw)
+    full = generate(stops_at_position_9, ids, mask, compact=False, **kw)
+    assert len(set(compacted.lengths_B.tolist())) >= 3  # rows did finish at different steps
+    assert torch.equal(compacted.completion_ids_BT, full.completion_ids_BT)
+    torch.testing.assert_close(compacted.sample_logp_BT, full.sample_logp_BT, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_sampling_logprobs_match_the_updates_recomputation(stops_at_position_9, tokenizer, temperature):
+    ids, mask = encode_prompts(tokenizer, PROMPTS, torch.device("cpu"))
+    r = generate(stops_at_position_9, ids, mask, max_new_tokens=12, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
+                 temperature=temperature, group_size=4, generator=torch.Generator().manual_seed(0))
+    recomputed = completion_logprobs(stops_at_position_9, r.prompt_ids_BP, r.prompt_mask_BP, r.completion_ids_BT, r.completion_mask_BT, temperature)
+    m = r.completion_mask_BT.bool()
+    torch.testing.assert_close(r.sample_logp_BT[m], recomputed[m], atol=1e-4, rtol=1e-4)
+    assert (r.sample_logp_BT[~m] == 0).all()
