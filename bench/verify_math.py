@@ -83,7 +83,7 @@ def make_mix(n: int, seed: int, group: int = 8, integers_only: bool = False) -> 
 
 def run_ours(items: list[tuple[str, str]], cold: bool) -> tuple[list[float], float]:
     """``cold``: caches cleared before every item, as if no answer ever repeated."""
-    boxed_math(r"\boxed{\sqrt{8}}", r"2\sqrt{2}")  # import sympy before the clock starts
+    boxed_math(r"\boxed{(x+1)^2}", "x^2+2x+1")  # import sympy before the clock starts
     clear_caches()
     start = time.perf_counter()
     verdicts = []

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 from rlvr.verifiers.math.equal import _Budget, _equivalent, _symbolic_verdict
 from rlvr.verifiers.math.extract import MAX_ANSWER_CHARS, _boxes, _unwrap_nested, extract_last_boxed
+from rlvr.verifiers.math.fast import _exact
 from rlvr.verifiers.math.normalise import _normalise, _normalise_cached
 from rlvr.verifiers.math.parse import _to_sympy
 
@@ -62,6 +63,7 @@ def clear_caches() -> None:
     depend on the caches)."""
     _normalise_cached.cache_clear()
     _to_sympy.cache_clear()
+    _exact.cache_clear()
     _symbolic_verdict.cache_clear()
 
 

@@ -12,6 +12,7 @@ import re
 from typing import Any, Callable
 
 from rlvr.verifiers.math.extract import _A
+from rlvr.verifiers.math.fast import _exact_verdict
 from rlvr.verifiers.math.guards import (
     _COMPARISON_CHARGE,
     _MAX_DENEST_RADICALS,
@@ -96,6 +97,15 @@ def _symbolic_verdict(cand: str, gold: str) -> tuple[bool, int]:
     pays ``cost`` from its own budget and gets False when it cannot, exactly as if the
     comparison had run. Comparisons that no budget could afford are not run at all.
     """
+    fast = _exact_verdict(cand, gold)
+    if fast is not None:
+        return fast  # the same pair, from exact arithmetic (see fast.py)
+    return _sympy_verdict(cand, gold)
+
+
+def _sympy_verdict(cand: str, gold: str) -> tuple[bool, int]:
+    """:func:`_symbolic_verdict` from sympy alone (the reference the fast path is tested
+    against)."""
     a, b = _to_sympy(cand), _to_sympy(gold)
     if a is None or b is None:
         return False, 0

@@ -141,7 +141,7 @@ class _Parser:
                 right = self.power()  # implicit multiplication: "2x", "3\sqrt{2}"
             else:
                 break
-            value = self.checked(value / _nonzero(right) if tok in _DIVIDE else value * right)
+            value = self.divide(value, right) if tok in _DIVIDE else self.multiply(value, right)
         return value
 
     def unary(self) -> Any:
@@ -168,9 +168,7 @@ class _Parser:
         value = self.atom()
         while self.peek() == "!":
             self.take()
-            if not value.is_Integer or not 0 <= value <= _MAX_FACTORIAL:
-                raise _Refused("factorial only of small non-negative integers")
-            value = _sympy().factorial(value)
+            value = self.factorial(value)
         return value
 
     def atom(self) -> Any:
@@ -186,29 +184,27 @@ class _Parser:
 
     def atom_body(self, tok: str) -> Any:
         if _is_numeric(tok):
-            return _literal(tok)
+            return self.number(tok)
         if len(tok) == 1 and tok.isalpha():
-            return _symbol(tok)
+            return self.variable(tok)
         if tok in ("(", "{"):
             inner = self.expr()
             self.take(")" if tok == "(" else "}")
             return inner
         if tok == "\\pi":
-            return _sympy().pi
+            return self.pi()
         if tok[1:] in _GREEK:
-            return _symbol(tok[1:])
+            return self.variable(tok[1:])
         if tok == "\\frac":
             numerator = self.argument()
-            return self.checked(numerator / _nonzero(self.argument()))
+            return self.divide(numerator, self.argument())
         if tok == "\\sqrt":
-            index = _sympy().Integer(2)
+            index = None
             if self.peek() == "[":
                 self.take()
-                index = self.expr()
+                index = self.root_index(self.expr())
                 self.take("]")
-                if not index.is_Integer or not 2 <= index <= _MAX_ROOT_INDEX:
-                    raise _Refused("root index must be a small integer")
-            return self.pow(self.argument(), 1 / index)
+            return self.root(self.argument(), index)
         raise _Refused(f"unsupported token {tok!r}")
 
     def argument(self) -> Any:
@@ -218,8 +214,39 @@ class _Parser:
             if tok[0] == ".":
                 raise _Refused("bare decimal point as an argument")
             self.tokens[self.i] = tok[1:]  # "\frac12" -> argument "1", then "2"
-            return _literal(tok[0])
+            return self.number(tok[0])
         return self.atom()
+
+    # The hooks below build values; the grammar above never looks inside one. A
+    # subclass with other hooks (``fast._ExactParser``) reads exactly the same language.
+
+    def number(self, tok: str) -> Any:
+        return _literal(tok)
+
+    def variable(self, name: str) -> Any:
+        return _symbol(name)
+
+    def pi(self) -> Any:
+        return _sympy().pi
+
+    def multiply(self, a: Any, b: Any) -> Any:
+        return self.checked(a * b)
+
+    def divide(self, a: Any, b: Any) -> Any:
+        return self.checked(a / _nonzero(b))
+
+    def factorial(self, value: Any) -> Any:
+        if not value.is_Integer or not 0 <= value <= _MAX_FACTORIAL:
+            raise _Refused("factorial only of small non-negative integers")
+        return _sympy().factorial(value)
+
+    def root_index(self, index: Any) -> Any:
+        if not index.is_Integer or not 2 <= index <= _MAX_ROOT_INDEX:
+            raise _Refused("root index must be a small integer")
+        return index
+
+    def root(self, radicand: Any, index: Any | None) -> Any:
+        return self.pow(radicand, 1 / (_sympy().Integer(2) if index is None else index))
 
     def pow(self, base: Any, exponent: Any) -> Any:
         """A guarded power that also charges the expression's radicand budget.
