@@ -136,12 +136,12 @@ def save_checkpoint(
         _fsync_path(tmp / COMPLETE)
         _fsync_path(tmp)
         if final.exists():  # rewriting the same step (a resumed run reaching it again)
-            shutil.rmtree(final)
+            _remove(final)
         os.replace(tmp, final)
         _fsync_path(root)
-    except OSError as err:
+    except Exception as err:  # safetensors and torch.save report a full disk as their own errors, not OSError
         shutil.rmtree(tmp, ignore_errors=True)
-        why = "the disk is full" if err.errno == errno.ENOSPC else str(err)
+        why = "the disk is full" if _is_disk_full(err) else f"{type(err).__name__}: {err}"
         previous = latest_step_checkpoint(root)
         kept = f"; the previous checkpoint {previous} is intact" if previous else "; no earlier checkpoint exists"
         raise CheckpointError(f"could not write checkpoint {final}: {why}{kept}") from err
@@ -149,8 +149,21 @@ def save_checkpoint(
         shutil.rmtree(stale, ignore_errors=True)
     if keep_last > 0:
         for old in complete_step_checkpoints(root)[:-keep_last]:
-            shutil.rmtree(old, ignore_errors=True)
+            _remove(old)
     return final
+
+
+def _remove(path: Path) -> None:
+    """Delete a checkpoint so that a kill midway never leaves a half-deleted one marked complete."""
+    (path / COMPLETE).unlink(missing_ok=True)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _is_disk_full(err: BaseException) -> bool:
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+        return True
+    text = str(err)
+    return any(sign in text for sign in ("No space left", "os error 28", "os error 27", "File too large", "unexpected pos"))
 
 
 # ----------------------------------------------------------------------------- reading

@@ -78,6 +78,9 @@ def lab(
 ) -> None:
     """Build a tiny model, cold-start it with SFT, run GRPO on arithmetic, report held-out accuracy."""
     if resume:
+        if config:
+            console.print(f"[red]error:[/] with --resume the config is {resume}/config.toml; --config cannot be combined with it")
+            raise typer.Exit(2)
         _run(_load_for_resume(resume, overrides or []), "lab", quiet, resume=True)
         return
     _run(_load(config, overrides), "lab", quiet)
@@ -93,6 +96,9 @@ def train(
 ) -> None:
     """Run the recipe (optional SFT, then GRPO) on the model and data a TOML file names."""
     if resume:
+        if dry_run:
+            console.print("[red]error:[/] --dry-run checks a new run's config and data; it cannot be combined with --resume")
+            raise typer.Exit(2)
         if config and "=" not in config:
             console.print(f"[red]error:[/] with --resume the config is {resume}/config.toml; give only overrides, not {config}")
             raise typer.Exit(2)

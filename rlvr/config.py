@@ -97,7 +97,8 @@ class TaskConfig:
         _require(1 <= self.min_ops <= self.max_ops, "task.min_ops", "must satisfy 1 <= min_ops <= max_ops")
         _require(self.max_operand >= 1, "task.max_operand", "must be >= 1")
         _require(bool(self.operators) and set(self.operators) <= set("+-*"), "task.operators", "must be a non-empty subset of '+-*'")
-        _require(self.num_train > 0 and self.num_eval > 0, "task.num_train", "num_train and num_eval must be > 0")
+        _require(self.num_train > 0, "task.num_train", "must be > 0")
+        _require(self.num_eval > 0, "task.num_eval", "must be > 0")
         _require("{expr}" in self.prompt_template, "task.prompt_template", "must contain {expr}")
 
 
@@ -165,7 +166,9 @@ class AlgoConfig:
         "preset TOML. It is applied first; every other setting you give refines it.",
     )
     estimator: Literal["grpo", "dr_grpo", "rloo"] = knob("grpo", "Advantage estimator: group z-score, mean-centred, or leave-one-out.")
-    std_scale: Literal["group", "batch", "none"] = knob("group", "Divide centred rewards by the group std, the batch std, or nothing.")
+    std_scale: Literal["auto", "group", "batch", "none"] = knob(
+        "auto", "Divide centred rewards by the group std, the batch std, or nothing; auto = the estimator's own (group for grpo, none otherwise)."
+    )
     adv_eps: float = knob(1e-4, "eps in (r - mean) / (std + eps).")
     ratio_level: Literal["token", "sequence"] = knob(
         "token", "Importance ratio per token (PPO/GRPO) or one per completion, exp(mean token log-ratio) (GSPO)."
@@ -315,11 +318,12 @@ class Config:
         _require(
             not (self.sft.save_model and self.sft.steps == 0), "sft.save_model", "is true but sft.steps = 0: there is no SFT model to save"
         )
-        _require(
-            self.data.source == "jsonl" or not (self.data.train_path or self.data.eval_path),
-            "data.train_path",
-            "is set but data.source = 'arithmetic' would ignore it; set data.source = 'jsonl'",
-        )
+        for name in ("train_path", "eval_path"):
+            _require(
+                self.data.source == "jsonl" or not getattr(self.data, name),
+                f"data.{name}",
+                "is set but data.source = 'arithmetic' would ignore it; set data.source = 'jsonl'",
+            )
         _require(
             not (self.checkpoint.auto_resume and not self.run.output_dir),
             "checkpoint.auto_resume",
@@ -563,6 +567,29 @@ def atomic_write_text(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
+    """{dotted name: value} for every leaf field of a config tree."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if dataclasses.is_dataclass(value):
+            out.update(flatten(value, f"{prefix}{f.name}."))
+        else:
+            out[f"{prefix}{f.name}"] = value
+    return out
+
+
+# What a resumed run may change without breaking "same result as an uninterrupted run".
+RESUMABLE_CHANGES = ("run.output_dir", "run.threads", "run.device", "train.steps", "train.save_model", "train.log_samples_every",
+                     "train.max_nonfinite_steps", "checkpoint.", "eval.", "reward.workers", "reward.timeout_s", "reward.max_missing_frac")
+
+
+def changes_breaking_resume(saved: Config, new: Config) -> list[str]:
+    """'field: old -> new' for every changed setting a resume cannot honour exactly."""
+    a, b = flatten(saved), flatten(new)
+    return [f"{k}: {a[k]!r} -> {b[k]!r}" for k in a if a[k] != b[k] and not k.startswith(RESUMABLE_CHANGES)]
 
 
 def field_help(cls: type = Config, prefix: str = "") -> list[tuple[str, str, str]]:

@@ -79,9 +79,13 @@ class Sampled:
     rollouts: Rollouts
     texts: list[str]
     rewards_B: torch.Tensor  # weighted sum of the reward terms; NaN = missing
+    correct_B: torch.Tensor  # the correctness verifier's score (the first reward term); NaN = missing
 
     def rows(self, rows: torch.Tensor) -> "Sampled":
-        return Sampled([self.examples[i] for i in rows.tolist()], self.rollouts.select(rows), [self.texts[i] for i in rows.tolist()], self.rewards_B[rows])
+        return Sampled(
+            [self.examples[i] for i in rows.tolist()], self.rollouts.select(rows), [self.texts[i] for i in rows.tolist()],
+            self.rewards_B[rows], self.correct_B[rows],
+        )
 
 
 @dataclass
@@ -106,8 +110,10 @@ def collect_batch(
 ) -> StepSamples:
     """One generation round, or, with DAPO dynamic sampling (Yu et al. 2025, sec. 3.2), rounds
     until prompts_per_step groups with signal are kept (at most algo.max_sampling_rounds).
-    Groups whose rewards are all equal have zero advantage and zero gradient: dropping them keeps
-    the batch's effective size constant. Surplus groups of the last round are dropped."""
+    As in the paper (eq. 11: 0 < #correct < G) a group is dropped when its *correctness* scores
+    are all equal: all right or all wrong. Filtering on the shaped total instead would keep an
+    all-correct group whose only spread is a small overlong or KL term, and std scaling would
+    blow that spread up to full-size advantages. Surplus groups of the last round are dropped."""
     kept: list[Sampled] = []
     all_scores, generated = [], []
     gen_s = verify_s = 0.0
@@ -121,7 +127,7 @@ def collect_batch(
         if not algo.dynamic_sampling:
             kept.append(sampled)
             break
-        keep_N = informative_groups(sampled.rewards_B, G)
+        keep_N = informative_groups(sampled.correct_B, G)
         dropped += int((~keep_N).sum())
         if keep_N.any():
             kept.append(sampled.rows(torch.nonzero(keep_N.repeat_interleave(G)).squeeze(1)))
@@ -131,7 +137,7 @@ def collect_batch(
     if kept:
         batch = Sampled(
             [e for k in kept for e in k.examples], concat_rollouts([k.rollouts for k in kept], pad_id),
-            [t for k in kept for t in k.texts], torch.cat([k.rewards_B for k in kept]),
+            [t for k in kept for t in k.texts], torch.cat([k.rewards_B for k in kept]), torch.cat([k.correct_B for k in kept]),
         )
         batch = batch.rows(torch.arange(min(len(batch.texts), prompts_per_step * G)))
     return StepSamples(batch, Scores.merge(all_scores), generated, rounds, dropped, gen_s, verify_s)
@@ -184,8 +190,11 @@ def grpo_train(
         restore_rng_state(trainer["rng"], generator)
         state = read_state(resume_from)
         start, bad_streak = state["step"], state["bad_streak"]
-    records = rewind_jsonl(run_dir / "metrics.jsonl", start)  # steps after the checkpoint are redone
-    rewind_jsonl(run_dir / "samples.jsonl", start)
+    try:
+        records = rewind_jsonl(run_dir / "metrics.jsonl", start)  # steps after the checkpoint are redone
+        rewind_jsonl(run_dir / "samples.jsonl", start)
+    except ValueError as err:
+        raise CheckpointError(f"cannot resume: {err}") from None
     if len(records) != start or [r["step"] for r in records] != list(range(1, start + 1)):
         raise CheckpointError(f"{run_dir / 'metrics.jsonl'} does not hold steps 1..{start} of checkpoint {resume_from}; cannot resume cleanly")
     for _ in range(start):
@@ -207,7 +216,8 @@ def grpo_train(
         t1 = time.perf_counter()
         texts = decode_completions(tokenizer, rollouts)
         scores = score_completions(reward_terms, cfg.reward, prompts, texts, per_row, rollouts.lengths_B.tolist(), rc.max_new_tokens)
-        sampled = Sampled(per_row, rollouts, texts, scores.total_B.to(device))
+        correct = [float("nan") if v is None else v for v in scores.terms[reward_terms[0].name].values]
+        sampled = Sampled(per_row, rollouts, texts, scores.total_B.to(device), torch.tensor(correct, device=device))
         return sampled, scores, t1 - t0, time.perf_counter() - t1
 
     with JsonlWriter(run_dir / "metrics.jsonl") as metrics_out, JsonlWriter(run_dir / "samples.jsonl") as samples_out:
@@ -241,7 +251,7 @@ def grpo_train(
                     )
                     rewards_B = rewards_B - ac.beta * kl_B
                     record["reward/kl_sequence"] = float(kl_B.mean())
-                advantages_B = compute_advantages(rewards_B, G, ac.estimator, ac.std_scale, ac.adv_eps)
+                advantages_B = compute_advantages(rewards_B, G, ac.estimator, None if ac.std_scale == "auto" else ac.std_scale, ac.adv_eps)
                 include_B = torch.isfinite(rewards_B)  # missing rewards: out of the loss entirely
                 if ac.mask_truncated:
                     include_B &= ~batch.rollouts.truncated_B

@@ -126,6 +126,7 @@ def plot_reward_curve(records: list[dict[str, Any]], path: str | Path, evals: di
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    records = [r for r in records if r.get("reward/mean") is not None]  # a step with every reward missing has none
     steps = [r["step"] for r in records]
     rewards = [r["reward/mean"] for r in records]
     window = max(1, len(rewards) // 20)

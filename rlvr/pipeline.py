@@ -14,6 +14,7 @@ it on the user's model and data. Everything a run produces lands in run.output_d
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections import Counter
@@ -41,7 +42,7 @@ from rlvr.checkpoint import (
     save_checkpoint,
     step_name,
 )
-from rlvr.config import Config, ConfigError, atomic_write_text, load_config, save_config, to_toml
+from rlvr.config import RESUMABLE_CHANGES, Config, ConfigError, atomic_write_text, changes_breaking_resume, load_config, save_config, to_toml
 from rlvr.data import Example, Problem, boxed, load_jsonl_splits
 from rlvr.loop import TrainingError, grpo_train
 from rlvr.metrics import Reporter, plot_reward_curve
@@ -124,6 +125,13 @@ def _run(cfg: Config, reporter: Reporter, command: str, resume: bool, reward_ter
     if cfg.model.path:
         check_model_path(cfg.model.path)
     run_dir, resuming = prepare_run_dir(cfg, command, resume)
+    if resuming:  # the optimizer, data order and reference come from the checkpoint: settings must agree
+        changed = changes_breaking_resume(load_config(run_dir / "config.toml"), cfg)
+        if changed:
+            raise ConfigError(
+                f"run.output_dir: resuming {run_dir} with changed settings would not continue the same run: {'; '.join(changed)}. "
+                f"Only {', '.join(RESUMABLE_CHANGES)} may change; start a new run from `rlvr export` weights instead"
+            )
     save_config(cfg, run_dir / "config.toml")
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
@@ -160,6 +168,8 @@ def _run(cfg: Config, reporter: Reporter, command: str, resume: bool, reward_ter
     if resuming and is_complete(rl_start):
         # SFT and the first evaluation are done: take their results, and the RL starting weights
         state = read_state(rl_start)
+        if state.get("data") not in (None, data_fingerprint(train)):
+            raise ConfigError(f"data.train_path: the training problems changed since {run_dir} started; a resume would draw different prompts")
         evals.update({k: EvalResult(**v) for k, v in state["evals"].items()})
         seconds.update(state["seconds"])
         if (rl_start / "model.safetensors").exists():
@@ -174,7 +184,8 @@ def _run(cfg: Config, reporter: Reporter, command: str, resume: bool, reward_ter
         run_eval(first)
         save_checkpoint(
             checkpoints, RL_START, policy=model if cfg.sft.steps > 0 else None, trainer={"rng": rng_state(None)},
-            state={"evals": {k: v.summary() for k, v in evals.items()}, "seconds": dict(seconds)}, config_text=to_toml(cfg).lstrip("\n"),
+            state={"evals": {k: v.summary() for k, v in evals.items()}, "seconds": dict(seconds), "data": data_fingerprint(train)},
+            config_text=to_toml(cfg).lstrip("\n"),
         )
     resume_from = latest_step_checkpoint(checkpoints) if resuming else None
     if resume_from is not None:
@@ -209,6 +220,14 @@ def _run(cfg: Config, reporter: Reporter, command: str, resume: bool, reward_ter
     return summary
 
 
+def data_fingerprint(examples: list[Example]) -> str:
+    """A hash of the training problems in order: a resume must see the same ones."""
+    digest = hashlib.sha256()
+    for e in examples:
+        digest.update(json.dumps([e.prompt, e.answer, e.solution]).encode())
+    return digest.hexdigest()[:16]
+
+
 def export_checkpoint(run_dir: Path, out_dir: Path, step: int | None = None) -> Path:
     """Write the policy of a run's checkpoint (the newest complete one, or `step`) as a Hugging
     Face model + tokenizer directory that `AutoModelForCausalLM.from_pretrained` loads."""
@@ -226,6 +245,13 @@ def export_checkpoint(run_dir: Path, out_dir: Path, step: int | None = None) -> 
         if not is_complete(source):
             found = ", ".join(str(read_state(p)["step"]) for p in complete_step_checkpoints(checkpoints)) or "none"
             raise CheckpointError(f"{source}: no complete checkpoint for step {step} (complete steps: {found})")
+    out, run = out_dir.resolve(), run_dir.resolve()
+    if out == run or run in out.parents or out in run.parents:
+        raise ConfigError(f"{out_dir}: the export must go outside the run directory and must not contain it")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        earlier_export = out.is_dir() and (out / "config.json").is_file() and not (out / "config.toml").exists() and not (out / "checkpoints").exists()
+        if not earlier_export:
+            raise ConfigError(f"{out_dir} exists and is not an earlier export; give a new or empty directory")
     skeleton = str(run_dir / "init") if not cfg.model.path else cfg.model.path
     tokenizer = load_tokenizer(skeleton, cfg.model.trust_remote_code)
     model = load_model(skeleton, cfg.run.dtype, "cpu", cfg.model.trust_remote_code)

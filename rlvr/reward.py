@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -28,6 +29,9 @@ from rlvr.config import ConfigError, RewardConfig
 from rlvr.data import Example
 from rlvr.verifiers import VERIFIERS
 from rlvr.verifiers.pool import VerifierPool
+
+
+RESERVED_NAMES = {"overlong", "mean", "std", "missing", "frac_groups_all_equal", "kl_sequence"}
 
 
 class RewardError(RuntimeError):
@@ -81,7 +85,7 @@ class RewardTerm:
             "level": [e.level for e in examples],
             "completion_lengths": list(lengths),
         }
-        for key in sorted({k for e in examples for k in e.info}):
+        for key in sorted({k for e in examples for k in e.info} - {"prompts", "completions"}):  # TRL's own arguments win
             columns.setdefault(key, [e.info.get(key) for e in examples])
         try:
             raw = self.fn(prompts=prompts, completions=completions, **columns)
@@ -99,7 +103,9 @@ def _as_reward(value: Any) -> float | None:
         return None
     if isinstance(value, torch.Tensor) and value.numel() == 1:
         value = value.item()
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if hasattr(value, "dtype") and hasattr(value, "item") and getattr(value, "shape", None) == ():
+        value = value.item()  # a NumPy scalar (np.float32(0.5), np.bool_(True), ...)
+    if not isinstance(value, numbers.Real):  # bool is a Real: True = 1.0, as TRL's reward functions may return
         raise TypeError(f"a reward must be a number or None, got {type(value).__name__}")
     value = float(value)
     return value if math.isfinite(value) else None
@@ -122,7 +128,7 @@ def build_reward_terms(cfg: RewardConfig) -> list[RewardTerm]:
             if not callable(fn):
                 raise ConfigError(f"reward.functions[{i}]: {spec!r} is not callable")
             name, batched = attr.strip(), True
-        if name in seen or name == "overlong":
+        if name in seen or name in RESERVED_NAMES:  # reward/<name> must not overwrite the step's own reward/ metrics
             name = f"{name}_{i}"
         seen.add(name)
         pool = VerifierPool(spec, workers=cfg.workers, timeout_s=cfg.timeout_s) if cfg.workers and not batched else None

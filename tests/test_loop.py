@@ -185,3 +185,12 @@ def test_nonfinite_updates_are_skipped_counted_and_stop_the_run_with_a_checkpoin
     saved = build_tiny_model(tok, cfg.model.tiny, seed=1)
     load_weights(tmp_path / "checkpoints" / "step-000002", saved)
     assert all(torch.equal(before[k], v) for k, v in saved.state_dict().items())
+
+
+def test_dynamic_sampling_filters_on_correctness_not_on_shaping(tmp_path, updates):
+    """DAPO keeps a group when 0 < #correct < G; a length term must not rescue an all-correct group."""
+    cfg, tok, model, train = setup(["algo.dynamic_sampling=true", "algo.max_sampling_rounds=2", "train.steps=1"])
+    terms = [RewardTerm("always_right", 1.0, lambda c, a: 1.0, batched=False),
+             RewardTerm("length", 0.01, lambda c, a: float(len(c)), batched=False)]
+    records = loop.grpo_train(model, tok, train, cfg, terms, tmp_path, Bar())
+    assert not updates and records[0]["sampling/groups_dropped"] == 8 and records[0]["reward/std"] > 0

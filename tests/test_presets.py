@@ -78,3 +78,15 @@ def test_bad_presets_are_rejected_with_the_reason(tmp_path):
     nested.write_text('[algo]\npreset = "dapo"\n')
     with pytest.raises(ConfigError, match="cannot name another preset"):
         load_config(overrides=[f"algo.preset={nested}"])
+
+
+def test_an_estimator_alone_brings_its_own_std_scaling():
+    import torch
+
+    from rlvr.algorithms import compute_advantages
+
+    cfg = load_config(overrides=["algo.estimator=dr_grpo"])
+    assert cfg.algo.std_scale == "auto"
+    r = torch.tensor([1.0, 0.0, 0.0, 0.0])
+    adv = compute_advantages(r, 4, cfg.algo.estimator, None if cfg.algo.std_scale == "auto" else cfg.algo.std_scale)
+    assert adv.tolist() == [0.75, -0.25, -0.25, -0.25]

@@ -69,7 +69,7 @@ KILL_POINTS = [  # each costs two child runs: the ones covered elsewhere by a fa
     "generate@3",  # mid-step, after the step-2 checkpoint
     pytest.param("step_end@3", marks=pytest.mark.slow),  # between steps (also the torn-line test's kill point)
     "checkpoint_write@3",  # while writing the step-4 checkpoint (rl-start is write 1, step 2 is write 2)
-    "step_saved@2",  # right after the step-2 checkpoint: exactly at an epoch boundary
+    "step_saved@2",  # right after the second step checkpoint (step 4): exactly at an epoch boundary
     pytest.param("eval_after_rl@1", marks=pytest.mark.slow),  # after the last step, during the final evaluation
 ]
 
@@ -203,3 +203,57 @@ def test_a_run_that_trains_fewer_steps_than_asked_fails(tmp_path, monkeypatch):
                                   f"run.output_dir={json.dumps(str(tmp_path / 'run'))}"])
     with pytest.raises(TrainingError, match="RL ended after 1 of 2 steps"):
         pipeline.run(cfg, Reporter(enabled=False), "lab")
+
+
+def test_a_real_write_limit_during_a_checkpoint_gives_the_clear_error(tmp_path):
+    """Not a patched writer: the kernel refuses the write (RLIMIT_FSIZE, as a full disk would),
+    through safetensors' and torch.save's own error types."""
+    script = f"""
+import resource, signal, torch
+from pathlib import Path
+from rlvr.checkpoint import CheckpointError, latest_step_checkpoint, save_checkpoint, step_name
+root = Path({str(tmp_path)!r})
+small, big = torch.nn.Linear(4, 4), torch.nn.Linear(512, 512)
+save_checkpoint(root, step_name(1), policy=small, trainer={{"x": 1}}, state={{"step": 1}}, config_text="")
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # get EFBIG from write() instead of a signal
+resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))
+for policy, trainer in ((big, None), (small, {{"blob": torch.zeros(100_000)}})):
+    try:
+        save_checkpoint(root, step_name(2), policy=policy, trainer=trainer, state={{"step": 2}}, config_text="")
+    except CheckpointError as err:
+        assert "the disk is full" in str(err) and "step-000001 is intact" in str(err), err
+    else:
+        raise SystemExit("no error")
+assert latest_step_checkpoint(root).name == "step-000001"
+assert sorted(p.name for p in root.iterdir()) == ["step-000001"]
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_a_resume_refuses_settings_it_could_not_honour(tmp_path, data_files):
+    run_dir = tmp_path / "run"
+    assert lab(run_dir, TINY + data_files, kill_at="step_end@1").returncode == -9
+    cmd = [sys.executable, "-m", "rlvr.cli", "lab", "--quiet", "--resume", str(run_dir)]
+    changed = subprocess.run(cmd + ["train.lr=1e-5", "algo.beta=0.0"], capture_output=True, text=True, timeout=300)
+    said = " ".join(changed.stderr.split())  # rich wraps long lines
+    assert changed.returncode == 2
+    assert "train.lr: 0.001 -> 1e-05" in said and "algo.beta: 0.05 -> 0.0" in said
+    dry = subprocess.run([sys.executable, "-m", "rlvr.cli", "train", "--resume", str(run_dir), "--dry-run"], capture_output=True, text=True, timeout=300)
+    assert dry.returncode == 2 and "cannot be combined with --resume" in " ".join(dry.stderr.split())
+
+
+def test_export_never_overwrites_what_is_not_an_export(tmp_path, uninterrupted):
+    from rlvr.config import ConfigError
+    from rlvr.pipeline import export_checkpoint
+
+    keep = tmp_path / "mine"
+    keep.mkdir()
+    (keep / "notes.txt").write_text("precious")
+    for out in (uninterrupted, uninterrupted.parent, uninterrupted / "sub", keep):
+        with pytest.raises(ConfigError):
+            export_checkpoint(uninterrupted, out)
+    assert (keep / "notes.txt").read_text() == "precious" and (uninterrupted / "config.toml").exists()
+    export_checkpoint(uninterrupted, tmp_path / "out")
+    export_checkpoint(uninterrupted, tmp_path / "out")  # replacing an earlier export is fine

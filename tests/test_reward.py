@@ -129,3 +129,17 @@ def test_reward_workers_build_a_pool_per_registered_verifier():
         assert s.total_B.tolist() == [1.0, 0.0] and s.metrics()["reward/boxed_math/timeouts"] == 0
     finally:
         close_reward_terms(terms)
+
+
+def test_numpy_and_bool_rewards_are_numbers():
+    import numpy as np
+
+    term = RewardTerm("np", 1.0, lambda c, a: {"f": np.float32(0.5), "i": np.int64(1), "b": np.bool_(True), "t": True}[c], batched=False)
+    t = term.score([""] * 4, ["f", "i", "b", "t"], [EXAMPLES[0]] * 4, [1] * 4)
+    assert t.values == [0.5, 1.0, 1.0, 1.0] and t.errors == 0
+
+
+def test_reward_names_cannot_overwrite_the_steps_own_metrics(user_module, tmp_path, monkeypatch):
+    (tmp_path / "clash.py").write_text("def mean(prompts, completions, **kw):\n    return [0.0] * len(completions)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert [t.name for t in build_reward_terms(RewardConfig(functions=["boxed_math", "clash:mean"]))] == ["boxed_math", "mean_1"]

@@ -268,3 +268,23 @@ def test_many_boxes_same_rewards_and_budget(monkeypatch: pytest.MonkeyPatch) -> 
     assert fast == slow
     assert 0.0 in fast and 1.0 in fast
     assert fast[-2:] == [1.0, 0.0]  # the budget ran out at the 15th comparison
+
+
+def test_existing_cases_same_rewards_without_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every hand-written case of test_verifier_math.py (correct, wrong, pathological,
+    sympy traps) scores the same with and without the fast path, so those tests keep
+    covering the sympy path too."""
+    from test_verifier_math import CORRECT, PATHOLOGICAL, SYMPY_TRAPS, WRONG, boxed_unless_boxed
+
+    cases = [(c, a) for c, a in CORRECT + WRONG] + [(boxed_unless_boxed(c), a) for c, a, _ in PATHOLOGICAL + SYMPY_TRAPS]
+    fast = []
+    for completion, gold in cases:
+        clear_caches()
+        fast.append(boxed_math(completion, gold))
+    monkeypatch.setattr(equal, "_exact_verdict", lambda cand, gold: None)
+    slow = []
+    for completion, gold in cases:
+        clear_caches()
+        slow.append(boxed_math(completion, gold))
+    clear_caches()
+    assert fast == slow

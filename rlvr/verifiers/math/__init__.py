@@ -2,7 +2,8 @@
 
 The package reads in the order of a verdict: ``extract`` (the last box),
 ``normalise`` (canonical spelling, exact numbers), ``parse`` + ``guards`` (a LaTeX
-subset into size-bounded sympy), ``equal`` (equivalence); this file holds the reward.
+subset into size-bounded sympy), ``fast`` (the same subset in exact arithmetic),
+``equal`` (equivalence); this file holds the reward.
 
 A lenient verifier gets gamed by the policy (hedging, listing candidates, dumping a
 float approximation), so every rule here errs towards 0. Public entry points:
@@ -18,7 +19,9 @@ Answers are compared in three tiers, cheapest first:
 3. symbolic equality: our own parser for a LaTeX subset (no ``eval``, no
    ``sympify``) builds sympy expressions under size guards; only exact rewrites
    (expand, cancel, radsimp, sqrtdenest) can prove equality, evaluation at 30 digits
-   can only prove a difference. There is no float tolerance anywhere.
+   can only prove a difference. There is no float tolerance anywhere. Most answers
+   (rationals, square roots of numbers, pi, polynomials) never reach sympy: the
+   same parser with exact hooks (``fast``) returns sympy's verdict and cost itself.
 
 Time bounds. There is no timeout (signals work only in the main thread); the inputs
 are bounded instead, and anything past a bound is refused, which scores 0:
