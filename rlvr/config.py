@@ -78,9 +78,20 @@ class ModelConfig:
     tiny: TinyModelConfig = section(TinyModelConfig, "Shape of the tiny model built when `path` is empty.")
     trust_remote_code: bool = knob(False, "Passed to from_pretrained for models with custom code.")
     gradient_checkpointing: bool = knob(False, "Trade compute for memory in the update (costs 10-17% at lab size).")
+    lora_rank: int = knob(
+        0, "RL through LoRA adapters of this rank (peft) on the frozen model; the KL reference is the same model with the "
+        "adapters switched off, so no second copy of the weights exists. 0 = full fine-tuning."
+    )
+    lora_alpha: float = knob(32.0, "LoRA scaling numerator (the update is scaled by lora_alpha / lora_rank).")
+    lora_dropout: float = knob(0.0, "Dropout on the LoRA path (0 keeps the update deterministic).")
+    lora_targets: list[str] = knob(["all-linear"], "Modules that get adapters: peft target_modules names, or 'all-linear'.")
 
     def validate(self) -> None:
         self.tiny.validate()
+        _require(self.lora_rank >= 0, "model.lora_rank", "must be >= 0")
+        _require(self.lora_alpha > 0, "model.lora_alpha", "must be > 0")
+        _require(0.0 <= self.lora_dropout < 1.0, "model.lora_dropout", "must be in [0, 1)")
+        _require(bool(self.lora_targets), "model.lora_targets", "needs at least one module name (or 'all-linear')")
 
 
 @dataclass

@@ -37,7 +37,7 @@ from rlvr.checkpoint import (
 from rlvr.config import AlgoConfig, Config, to_toml
 from rlvr.data import Example, format_prompt
 from rlvr.metrics import JsonlWriter, PhaseBar, rewind_jsonl
-from rlvr.models import frozen_copy
+from rlvr.models import reference_for
 from rlvr.reward import RewardError, RewardTerm, Scores, score_completions
 from rlvr.rollout import Rollouts, concat_rollouts, decode_completions, encode_prompts, generate
 from rlvr.update import rl_update, sequence_kl_to_reference
@@ -160,8 +160,9 @@ def grpo_train(
     every RNG continue from it, so the remaining steps are those of an uninterrupted run."""
     device = next(policy.parameters()).device
     G, rc, tc, ac = cfg.rollout.group_size, cfg.rollout, cfg.train, cfg.algo
-    reference = frozen_copy(policy) if ac.beta > 0 else None  # none at beta = 0: no memory, no forward
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=tc.lr, betas=(0.9, 0.99), weight_decay=tc.weight_decay)
+    reference = reference_for(policy) if ac.beta > 0 else None  # none at beta = 0: no memory, no forward
+    trainable = [p for p in policy.parameters() if p.requires_grad]  # with LoRA: the adapters only
+    optimizer = torch.optim.AdamW(trainable, lr=tc.lr, betas=(0.9, 0.99), weight_decay=tc.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / max(1, tc.warmup_steps)))
     stream = PromptStream(examples, cfg.run.seed)
     generator = torch.Generator(device=device).manual_seed(cfg.run.seed)

@@ -29,7 +29,7 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
-from rlvr.config import ConfigError, TinyModelConfig
+from rlvr.config import ConfigError, ModelConfig, TinyModelConfig
 
 
 class ModelError(ConfigError):
@@ -142,6 +142,44 @@ def resolve_device(name: str) -> torch.device:
 
 def count_parameters(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+def add_lora(model: PreTrainedModel, cfg: ModelConfig) -> PreTrainedModel:
+    """Wrap the model with trainable LoRA adapters (peft); every original weight is frozen."""
+    from peft import LoraConfig, get_peft_model
+
+    targets = cfg.lora_targets[0] if cfg.lora_targets == ["all-linear"] else list(cfg.lora_targets)
+    lora = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout, target_modules=targets, task_type="CAUSAL_LM")
+    return get_peft_model(model, lora)
+
+
+class AdapterOffReference(torch.nn.Module):
+    """The KL reference of a LoRA policy: the same module with its adapters switched off for the
+    forward pass. The base weights are frozen, so this *is* the starting model, without a copy."""
+
+    def __init__(self, policy: PreTrainedModel):
+        super().__init__()
+        self.__dict__["policy"] = policy  # not a submodule: its parameters belong to the policy
+
+    def forward(self, *args, **kwargs):
+        with self.policy.disable_adapter():
+            return self.policy(*args, **kwargs)
+
+
+def reference_for(policy: PreTrainedModel) -> torch.nn.Module:
+    """What the KL term compares against: adapters off for a LoRA policy, else a frozen copy."""
+    if hasattr(policy, "disable_adapter") and hasattr(policy, "peft_config"):
+        return AdapterOffReference(policy)
+    return frozen_copy(policy)
+
+
+def merged(model: PreTrainedModel) -> PreTrainedModel:
+    """A plain transformers model: LoRA adapters folded into the weights (a copy; the policy is untouched)."""
+    if not hasattr(model, "merge_and_unload"):
+        return model
+    import copy
+
+    return copy.deepcopy(model).merge_and_unload()
 
 
 def frozen_copy(model: PreTrainedModel) -> PreTrainedModel:

@@ -46,7 +46,18 @@ from rlvr.config import RESUMABLE_CHANGES, Config, ConfigError, atomic_write_tex
 from rlvr.data import Example, Problem, boxed, load_jsonl_splits
 from rlvr.loop import TrainingError, grpo_train
 from rlvr.metrics import Reporter, plot_reward_curve
-from rlvr.models import build_char_tokenizer, check_model_path, build_tiny_model, count_parameters, load_model, load_tokenizer, resolve_device, save_pretrained
+from rlvr.models import (
+    add_lora,
+    build_char_tokenizer,
+    build_tiny_model,
+    check_model_path,
+    count_parameters,
+    load_model,
+    load_tokenizer,
+    merged,
+    resolve_device,
+    save_pretrained,
+)
 from rlvr.stages.evaluate import EvalResult, evaluate, num_batches
 from rlvr.stages.sft import sft_train
 from rlvr.tasks.arithmetic import make_splits
@@ -179,6 +190,7 @@ def _run(cfg: Config, reporter: Reporter, command: str, resume: bool, reward_ter
         if cfg.sft.steps > 0:
             with reporter.phase("sft", cfg.sft.steps) as bar:
                 timed("sft", lambda: sft_train(model, tokenizer, train, cfg.data, cfg.sft, cfg.run.seed, bar))
+            model.zero_grad(set_to_none=True)  # SFT's last gradients must not leak into RL's first step or its metrics
             if cfg.sft.save_model:
                 save_pretrained(model, tokenizer, run_dir / "sft")
         run_eval(first)
@@ -187,6 +199,8 @@ def _run(cfg: Config, reporter: Reporter, command: str, resume: bool, reward_ter
             state={"evals": {k: v.summary() for k, v in evals.items()}, "seconds": dict(seconds), "data": data_fingerprint(train)},
             config_text=to_toml(cfg).lstrip("\n"),
         )
+    if cfg.model.lora_rank:  # after SFT and rl-start: RL trains adapters on the cold-started weights
+        model = add_lora(model, cfg.model)
     resume_from = latest_step_checkpoint(checkpoints) if resuming else None
     if resume_from is not None:
         at = read_state(resume_from)["step"]
@@ -202,12 +216,13 @@ def _run(cfg: Config, reporter: Reporter, command: str, resume: bool, reward_ter
         run_eval("after_rl")
         plot_reward_curve(records, run_dir / "reward_curve.png", {k: v.accuracy for k, v in evals.items()})
     if cfg.train.save_model:
-        save_pretrained(model, tokenizer, run_dir / "model")
+        save_pretrained(merged(model), tokenizer, run_dir / "model")
     seconds["total"] = round(time.perf_counter() - started, 1)
 
     summary = {
         "run_dir": str(run_dir),
         "parameters": count_parameters(model),
+        "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
         "eval": {k: v.summary() for k, v in evals.items()},
         "gain_points": round(100 * (evals["after_rl"].accuracy - evals[first].accuracy), 1) if "after_rl" in evals else None,
         "seconds": seconds,
@@ -255,7 +270,10 @@ def export_checkpoint(run_dir: Path, out_dir: Path, step: int | None = None) -> 
     skeleton = str(run_dir / "init") if not cfg.model.path else cfg.model.path
     tokenizer = load_tokenizer(skeleton, cfg.model.trust_remote_code)
     model = load_model(skeleton, cfg.run.dtype, "cpu", cfg.model.trust_remote_code)
+    if cfg.model.lora_rank:
+        model = add_lora(model, cfg.model)
     load_weights(source, model)
+    model = merged(model)  # a LoRA run exports its adapters folded into the weights
     tmp = out_dir.with_name(f".{out_dir.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     save_pretrained(model, tokenizer, tmp)

@@ -149,7 +149,8 @@ def generate(
     its own recomputation.
     """
     G = group_size
-    cache_arg = _cache_argument(type(model))
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a peft wrapper passes kwargs through
+    cache_arg = _cache_argument(type(base))
     device = prompt_ids_NP.device
     was_training = model.training
     model.eval()

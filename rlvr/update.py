@@ -176,7 +176,8 @@ def rl_update(
                 gap = torch.where(chunk.completion_mask_BT.bool(), (logp.detach() - chunk.sample_logp_BT).abs(), 0.0)
                 mismatch_sum, mismatch_max = mismatch_sum + float(gap.sum()), max(mismatch_max, float(gap.max()))
         if chunks:  # max_norm=inf measures the norm without clipping
-            grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), max_grad_norm or float("inf"))
+            trainable = [p for p in policy.parameters() if p.requires_grad]  # frozen (LoRA base) weights may hold stale grads
+            grad_norm = torch.nn.utils.clip_grad_norm_(trainable, max_grad_norm or float("inf"))
             if torch.isfinite(grad_norm) and torch.isfinite(total):
                 optimizer.step()
                 scheduler.step()

@@ -257,3 +257,21 @@ def test_export_never_overwrites_what_is_not_an_export(tmp_path, uninterrupted):
     assert (keep / "notes.txt").read_text() == "precious" and (uninterrupted / "config.toml").exists()
     export_checkpoint(uninterrupted, tmp_path / "out")
     export_checkpoint(uninterrupted, tmp_path / "out")  # replacing an earlier export is fine
+
+
+def test_a_lora_run_resumes_exactly_and_exports_merged(tmp_path, data_files):
+    from transformers import AutoModelForCausalLM
+
+    args = TINY + data_files + ["model.lora_rank=4"]
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    assert lab(whole, args).returncode == 0
+    assert lab(killed, args, kill_at="generate@3").returncode == -9
+    assert lab(killed, [], resume=True).returncode == 0
+    assert comparable(killed) == comparable(whole)
+    a, b = final_weights(whole), final_weights(killed)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not any("lora" in k for k in a)  # the saved model has its adapters merged in
+    done = subprocess.run([sys.executable, "-m", "rlvr.cli", "export", str(whole), str(tmp_path / "out")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    exported = AutoModelForCausalLM.from_pretrained(tmp_path / "out").state_dict()
+    assert all(torch.allclose(exported[k], a[k], atol=1e-6) for k in a)
