@@ -227,6 +227,10 @@ class TrainConfig:
     weight_decay: float = knob(0.0, "RL AdamW weight decay.")
     max_grad_norm: float = knob(1.0, "Clip the global gradient norm (0 = off).")
     micro_batch_size: int = knob(64, "Sequences per forward/backward; gradients accumulate exactly to the full batch.")
+    micro_batch_tokens: int = knob(
+        0, "If > 0, a micro-batch holds as many length-sorted sequences as fit in this many padded tokens (at most "
+        "micro_batch_size): many short ones together, long ones apart. Gradients are the same either way."
+    )
     log_samples_every: int = knob(25, "Write sample completions with verdicts every N steps.")
     save_model: bool = knob(True, "Save the final policy (save_pretrained) under output_dir/model.")
     max_nonfinite_steps: int = knob(
@@ -238,6 +242,7 @@ class TrainConfig:
         _require(self.max_nonfinite_steps >= 1, "train.max_nonfinite_steps", "must be >= 1")
         _require(self.lr > 0, "train.lr", "must be > 0")
         _require(self.micro_batch_size > 0, "train.micro_batch_size", "must be > 0")
+        _require(self.micro_batch_tokens >= 0, "train.micro_batch_tokens", "must be >= 0")
         _require(self.max_grad_norm >= 0, "train.max_grad_norm", "must be >= 0")
         _require(self.log_samples_every > 0, "train.log_samples_every", "must be > 0")
 

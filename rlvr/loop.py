@@ -260,6 +260,7 @@ def grpo_train(
                     policy, optimizer, scheduler, batch.rollouts, advantages_B, ac,
                     reference=reference, temperature=rc.temperature, max_new_tokens=rc.max_new_tokens,
                     micro_batch_size=tc.micro_batch_size, max_grad_norm=tc.max_grad_norm, include_B=include_B,
+                    micro_batch_tokens=tc.micro_batch_tokens,
                 ))
             t_end = time.perf_counter()
 

@@ -49,6 +49,25 @@ def micro_batches(rows: torch.Tensor, size: int) -> list[torch.Tensor]:
     return [rows[i : i + size] for i in range(0, len(rows), size)]
 
 
+def token_budget_batches(rows: torch.Tensor, seq_lengths: torch.Tensor, max_rows: int, max_tokens: int) -> list[torch.Tensor]:
+    """Consecutive runs of `rows` (already sorted by length) whose padded size, rows x longest
+    sequence, stays within `max_tokens` (and `max_rows`); a row longer than the budget goes alone.
+    Short completions then share a micro-batch by the dozen while long ones are not padded together."""
+    if max_tokens <= 0:
+        return micro_batches(rows, max_rows)
+    out, current, longest = [], [], 0
+    for row in rows.tolist():
+        length = int(seq_lengths[row])
+        if current and ((len(current) + 1) * max(longest, length) > max_tokens or len(current) >= max_rows):
+            out.append(current)
+            current, longest = [], 0
+        current.append(row)
+        longest = max(longest, length)
+    if current:
+        out.append(current)
+    return [torch.tensor(c, dtype=rows.dtype, device=rows.device) for c in out]
+
+
 def frozen_logprobs(model: PreTrainedModel, chunks: list[Rollouts], temperature: float) -> list[torch.Tensor]:
     """Log-probs of each chunk's completions under `model`, without a graph."""
     with torch.no_grad():
@@ -92,6 +111,7 @@ def rl_update(
     micro_batch_size: int,
     max_grad_norm: float,
     include_B: torch.Tensor | None = None,
+    micro_batch_tokens: int = 0,
 ) -> dict[str, float]:
     """num_iterations optimizer steps on one rollout batch; returns averaged metrics.
 
@@ -118,8 +138,10 @@ def rl_update(
     # Micro-batches of similar lengths waste less compute on padding (the result is unchanged:
     # every micro-batch shares the whole batch's normaliser).
     active = active[torch.argsort(rollouts.lengths_B[active], stable=True)]
-    chunks = [rollouts.select(rows) for rows in micro_batches(active, micro_batch_size)]
-    adv_chunks = [advantages_B[rows] for rows in micro_batches(active, micro_batch_size)]
+    seq_lengths_B = rollouts.prompt_mask_BP.sum(dim=1) + rollouts.lengths_B  # what a row costs after trimming
+    parts = token_budget_batches(active, seq_lengths_B, micro_batch_size, micro_batch_tokens)
+    chunks = [rollouts.select(rows) for rows in parts]
+    adv_chunks = [advantages_B[rows] for rows in parts]
 
     # With one pass the policy *is* the sampling policy: old log-probs are the detached current
     # ones and need no extra forward. With more passes they are frozen before the first step.

@@ -178,3 +178,30 @@ def test_sampling_logprobs_match_the_updates_recomputation(stops_at_position_9, 
     m = r.completion_mask_BT.bool()
     torch.testing.assert_close(r.sample_logp_BT[m], recomputed[m], atol=1e-4, rtol=1e-4)
     assert (r.sample_logp_BT[~m] == 0).all()
+
+
+def test_token_budget_groups_short_rows_and_separates_long_ones():
+    from rlvr.update import token_budget_batches
+
+    rows = torch.tensor([3, 0, 1, 2, 4])  # sorted by length: 2, 2, 3, 9, 20
+    lengths = torch.tensor([2, 3, 9, 2, 20])
+    parts = token_budget_batches(rows, lengths, max_rows=64, max_tokens=10)
+    assert [p.tolist() for p in parts] == [[3, 0, 1], [2], [4]]  # 3 x 3 = 9 fits; 2 x 9 does not; 20 alone
+    assert [p.tolist() for p in token_budget_batches(rows, lengths, max_rows=2, max_tokens=100)] == [[3, 0], [1, 2], [4]]
+    assert [p.tolist() for p in token_budget_batches(rows, lengths, max_rows=2, max_tokens=0)] == [[3, 0], [1, 2], [4]]
+
+
+@pytest.mark.parametrize("aggregation", ["token_mean", "seq_mean_token_mean", "constant"])
+def test_token_budget_micro_batches_give_the_whole_batch_gradient(model, tokenizer, aggregation):
+    rollouts = make_rollouts(model, tokenizer)
+    adv = torch.linspace(-1.0, 1.0, rollouts.completion_ids_BT.shape[0])
+    grads = []
+    for tokens in (0, 30, 1):  # whole batch; a budget; one row per micro-batch
+        policy = copy.deepcopy(model).train()
+        opt = torch.optim.SGD(policy.parameters(), lr=0.0)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+        rl_update(policy, opt, sched, rollouts, adv, AlgoConfig(aggregation=aggregation), reference=None, temperature=1.0,
+                  max_new_tokens=8, micro_batch_size=64, max_grad_norm=0.0, micro_batch_tokens=tokens)
+        grads.append(torch.cat([p.grad.flatten() for p in policy.parameters()]))
+    torch.testing.assert_close(grads[1], grads[0], atol=1e-6, rtol=1e-4)
+    torch.testing.assert_close(grads[2], grads[0], atol=1e-6, rtol=1e-4)
