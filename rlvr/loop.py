@@ -283,7 +283,7 @@ def grpo_train(
                 for i in range(min(2 * G, len(batch.texts))):
                     samples_out.write({
                         "step": step, "prompt": batch.examples[i].prompt, "completion": batch.texts[i],
-                        "answer": batch.examples[i].answer, "reward": _json_float(rewards_B[i]), "advantage": float(advantages_B[i]),
+                        "answer": batch.examples[i].answer, "reward": float(rewards_B[i]), "advantage": float(advantages_B[i]),
                     })
             bar.advance(f"reward {record['reward/mean']:.2f}" if record["reward/mean"] is not None else "reward n/a")
             fault_point("step_end")
@@ -302,7 +302,3 @@ def grpo_train(
         policy.gradient_checkpointing_disable()
     return records
 
-
-def _json_float(x: torch.Tensor) -> float | None:
-    value = float(x)
-    return value if value == value and abs(value) != float("inf") else None

@@ -124,7 +124,10 @@ def rl_update(
     Work skipped without changing the result: when the loss has no KL and no entropy term, a
     completion with advantage 0 contributes exactly zero loss and gradient, so it is not
     forwarded at all (it still counts in the denominator). In a typical step a third to a half
-    of the groups are all-equal.
+    of the groups are all-equal. A batch with nothing left to forward takes no optimizer or
+    scheduler step, a deliberate choice: stepping on a zero gradient would still move weights
+    through AdamW's momentum and weight decay, and warmup should count real updates. A pass whose
+    loss or gradient is not finite is skipped the same way.
     """
     B = len(advantages_B)
     include_B = torch.ones(B, dtype=torch.bool, device=advantages_B.device) if include_B is None else include_B.bool()
@@ -158,6 +161,8 @@ def rl_update(
     sums: dict[str, float] = defaultdict(float)
     tokens_seen = 0
     mismatch_sum, mismatch_max = 0.0, 0.0
+    # The optimizer's parameters, not policy.parameters(): frozen (LoRA base) weights may hold stale grads.
+    trainable = [p for group in optimizer.param_groups for p in group["params"]]
     for pass_index in range(algo.num_iterations):
         optimizer.zero_grad(set_to_none=True)
         total = torch.zeros(())
@@ -198,7 +203,6 @@ def rl_update(
                 gap = torch.where(chunk.completion_mask_BT.bool(), (logp.detach() - chunk.sample_logp_BT).abs(), 0.0)
                 mismatch_sum, mismatch_max = mismatch_sum + float(gap.sum()), max(mismatch_max, float(gap.max()))
         if chunks:  # max_norm=inf measures the norm without clipping
-            trainable = [p for p in policy.parameters() if p.requires_grad]  # frozen (LoRA base) weights may hold stale grads
             grad_norm = torch.nn.utils.clip_grad_norm_(trainable, max_grad_norm or float("inf"))
             if torch.isfinite(grad_norm) and torch.isfinite(total):
                 optimizer.step()
