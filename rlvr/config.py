@@ -160,6 +160,11 @@ class RolloutConfig:
     temperature: float = knob(1.0, "Sampling temperature; the update scores tokens at the same temperature.")
     top_p: float = knob(1.0, "Nucleus sampling mass (1.0 = off).")
     max_new_tokens: int = knob(64, "Longest completion; longer ones are cut and usually score 0.")
+    engine: Literal["auto", "static", "transformers"] = knob(
+        "auto",
+        "Decoding forward pass: 'static' drives a Llama/Mistral/Qwen2/Qwen3 model's layers with a preallocated KV "
+        "cache (faster); 'transformers' calls the model's own forward (any model); 'auto' = static where it applies.",
+    )
 
     def validate(self) -> None:
         _require(self.group_size >= 2, "rollout.group_size", "must be >= 2 (group-relative advantages need a group)")

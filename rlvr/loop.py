@@ -212,7 +212,7 @@ def grpo_train(
         rollouts = generate(
             policy, prompt_ids, prompt_mask,
             max_new_tokens=rc.max_new_tokens, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
-            temperature=rc.temperature, top_p=rc.top_p, generator=generator, group_size=G,
+            temperature=rc.temperature, top_p=rc.top_p, generator=generator, group_size=G, engine=rc.engine,
         )
         t1 = time.perf_counter()
         texts = decode_completions(tokenizer, rollouts)

@@ -168,7 +168,7 @@ def _run(cfg: Config, reporter: Reporter, command: str, resume: bool, reward_ter
     def run_eval(stage: str) -> None:
         fault_point(f"eval_{stage}")
         with reporter.phase(f"eval:{stage}", num_batches(len(held_out), cfg.eval)) as bar:
-            result = timed(f"eval_{stage}", lambda: evaluate(model, tokenizer, held_out, cfg.data, cfg.eval, reward_terms[0], bar))
+            result = timed(f"eval_{stage}", lambda: evaluate(model, tokenizer, held_out, cfg.data, cfg.eval, reward_terms[0], bar, engine=cfg.rollout.engine))
         atomic_write_text(run_dir / f"eval_{stage}.jsonl", "".join(json.dumps(sample) + "\n" for sample in result.samples))
         evals[stage] = result
         reporter.print(f"held-out greedy accuracy {stage}: {result.accuracy:.1%}  by level {_pct(result.by_level)}  "

@@ -25,24 +25,29 @@ def model(tokenizer):
     return m.eval()
 
 
-def greedy(model, tokenizer, prompts, n=12):
+ENGINES = ["static", "transformers"]
+
+
+def greedy(model, tokenizer, prompts, n=12, engine="auto"):
     ids, mask = encode_prompts(tokenizer, prompts, torch.device("cpu"))
-    return generate(model, ids, mask, max_new_tokens=n, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id, greedy=True)
+    return generate(model, ids, mask, max_new_tokens=n, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id, greedy=True, engine=engine)
 
 
-def test_batched_cached_decode_equals_one_prompt_at_a_time(model, tokenizer):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_batched_cached_decode_equals_one_prompt_at_a_time(model, tokenizer, engine):
     """Left padding + KV cache + explicit positions must not change what a row generates."""
-    batch = greedy(model, tokenizer, PROMPTS)
+    batch = greedy(model, tokenizer, PROMPTS, engine=engine)
     for row, prompt in enumerate(PROMPTS):
-        alone = greedy(model, tokenizer, [prompt])
+        alone = greedy(model, tokenizer, [prompt], engine=engine)
         n = int(alone.lengths_B[0])
         assert batch.completion_ids_BT[row, :n].tolist() == alone.completion_ids_BT[0, :n].tolist()
         assert int(batch.lengths_B[row]) == n
 
 
-def test_cached_decode_equals_full_recompute(model, tokenizer):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_cached_decode_equals_full_recompute(model, tokenizer, engine):
     """Greedy tokens from the cache loop match argmax of a fresh full forward at every step."""
-    out = greedy(model, tokenizer, PROMPTS[:1], n=8)
+    out = greedy(model, tokenizer, PROMPTS[:1], n=8, engine=engine)
     seq = tokenizer.encode(PROMPTS[0], add_special_tokens=False)
     for tok in out.completion_ids_BT[0].tolist():
         logits = model(input_ids=torch.tensor([seq])).logits[0, -1]
@@ -137,21 +142,29 @@ def test_select_trims_padding_the_subset_does_not_need():
 @pytest.fixture
 def stops_at_position_9(model, tokenizer):
     """Make the model say EOS whenever it writes position 9, so rows of different prompt
-    lengths finish at different steps (and compaction has rows to drop)."""
+    lengths finish at different steps (and compaction has rows to drop). Hooked on the rotary
+    embedding (which sees every forward's positions) and the LM head, so it acts the same in
+    every engine and in the update's forward."""
+    seen = {}
 
-    def hook(module, args, kwargs, output):
-        pos = kwargs["position_ids"][:, -output.logits.shape[1]:]
-        output.logits[..., tokenizer.eos_token_id] += 1e4 * (pos == 8)  # logits at position 8 predict position 9
+    def remember_positions(module, args, output):
+        seen["positions"] = args[1]
+
+    def force_eos(module, args, output):
+        pos = seen["positions"][:, -output.shape[-2]:] if output.dim() == 3 else seen["positions"][:, -1]
+        output[..., tokenizer.eos_token_id] += 1e4 * (pos == 8)  # logits at position 8 predict position 9
         return output
 
-    handle = model.register_forward_hook(hook, with_kwargs=True)
+    handles = [model.model.rotary_emb.register_forward_hook(remember_positions), model.lm_head.register_forward_hook(force_eos)]
     yield model
-    handle.remove()
+    for handle in handles:
+        handle.remove()
 
 
-def test_shared_prompt_cache_equals_prefilling_every_copy(model, tokenizer):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_shared_prompt_cache_equals_prefilling_every_copy(model, tokenizer, engine):
     ids, mask = encode_prompts(tokenizer, PROMPTS, torch.device("cpu"))
-    kw = dict(max_new_tokens=10, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id, greedy=True)
+    kw = dict(max_new_tokens=10, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id, greedy=True, engine=engine)
     shared = generate(model, ids, mask, group_size=3, **kw)
     copies = generate(model, ids.repeat_interleave(3, 0), mask.repeat_interleave(3, 0), **kw)
     assert torch.equal(shared.prompt_ids_BP, copies.prompt_ids_BP)
@@ -159,9 +172,10 @@ def test_shared_prompt_cache_equals_prefilling_every_copy(model, tokenizer):
     assert torch.equal(shared.completion_mask_BT, copies.completion_mask_BT)
 
 
-def test_dropping_finished_rows_changes_no_row(stops_at_position_9, tokenizer):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_dropping_finished_rows_changes_no_row(stops_at_position_9, tokenizer, engine):
     ids, mask = encode_prompts(tokenizer, PROMPTS, torch.device("cpu"))
-    kw = dict(max_new_tokens=12, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id, greedy=True, group_size=2)
+    kw = dict(max_new_tokens=12, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id, greedy=True, group_size=2, engine=engine)
     compacted = generate(stops_at_position_9, ids, mask, compact=True, **kw)
     full = generate(stops_at_position_9, ids, mask, compact=False, **kw)
     assert len(set(compacted.lengths_B.tolist())) >= 3  # rows did finish at different steps
@@ -169,11 +183,12 @@ def test_dropping_finished_rows_changes_no_row(stops_at_position_9, tokenizer):
     torch.testing.assert_close(compacted.sample_logp_BT, full.sample_logp_BT, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_sampling_logprobs_match_the_updates_recomputation(stops_at_position_9, tokenizer, temperature):
+def test_sampling_logprobs_match_the_updates_recomputation(stops_at_position_9, tokenizer, temperature, engine):
     ids, mask = encode_prompts(tokenizer, PROMPTS, torch.device("cpu"))
     r = generate(stops_at_position_9, ids, mask, max_new_tokens=12, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
-                 temperature=temperature, group_size=4, generator=torch.Generator().manual_seed(0))
+                 temperature=temperature, group_size=4, generator=torch.Generator().manual_seed(0), engine=engine)
     recomputed = completion_logprobs(stops_at_position_9, r.prompt_ids_BP, r.prompt_mask_BP, r.completion_ids_BT, r.completion_mask_BT, temperature)
     m = r.completion_mask_BT.bool()
     torch.testing.assert_close(r.sample_logp_BT[m], recomputed[m], atol=1e-4, rtol=1e-4)

@@ -48,6 +48,7 @@ def evaluate(
     cfg: EvalConfig,
     correctness: RewardTerm,
     bar: PhaseBar,
+    engine: str = "auto",
 ) -> EvalResult:
     """Greedy completions of `examples`, judged by the correctness term (the first reward
     function). A missing verdict (None, error, timeout) counts as wrong and is counted."""
@@ -64,7 +65,8 @@ def evaluate(
         rows = order[start : start + cfg.batch_size]
         ids, mask = encode_prompts(tokenizer, [prompts[i] for i in rows], device)
         out = generate(
-            model, ids, mask, max_new_tokens=cfg.max_new_tokens, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id, greedy=True
+            model, ids, mask, max_new_tokens=cfg.max_new_tokens, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id, greedy=True,
+            engine=engine,
         )
         batch_texts, batch_lengths = decode_completions(tokenizer, out), out.lengths_B.tolist()
         verdicts = correctness.score([prompts[i] for i in rows], batch_texts, [examples[i] for i in rows], batch_lengths)

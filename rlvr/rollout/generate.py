@@ -4,19 +4,20 @@ Prompts are left-padded so every row's next token sits in the last column; compl
 right-padded after EOS. `completion_mask_BT` is 1 on every generated token up to and including
 EOS, which is exactly the set of tokens the loss sees.
 
-Written as a plain decode loop over `model(...)` with `past_key_values` rather than
-`model.generate`: it is the same math, but it lets us stop a row at EOS, record the sampling
-entropy for free, and keep the per-token overhead (most of a tiny model's decode cost) small.
+Written as a plain sampling loop over an engine's forward (rollout/engines.py) rather than
+`model.generate`: it is the same math, but it lets us share a prompt's KV cache across its group,
+drop rows at EOS, keep each token's sampling log-prob and entropy, and keep the per-token
+overhead (most of a small model's decode cost) small.
 """
 
 from __future__ import annotations
 
-import functools
-import inspect
 from dataclasses import dataclass
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from rlvr.rollout.engines import make_engine
 
 
 @dataclass
@@ -99,30 +100,6 @@ def sample_next(logits_BV: torch.Tensor, temperature: float, top_p: float, gener
     return torch.multinomial(probs_BV, 1, generator=generator).squeeze(1)
 
 
-@functools.lru_cache(maxsize=None)
-def _cache_argument(model_type: type) -> str:
-    """transformers 5.x names the KV cache `cache`; 4.x and many remote models `past_key_values`."""
-    return "cache" if "cache" in inspect.signature(model_type.forward).parameters else "past_key_values"
-
-
-def _share_prompt_cache(cache: object, group_size: int) -> bool:
-    """Give each of a prompt's G samples the prompt's KV cache (computed once): True if done."""
-    if group_size == 1:
-        return True
-    if not hasattr(cache, "batch_repeat_interleave"):
-        return False  # a legacy tuple cache (some remote-code models): prefill the copies instead
-    cache.batch_repeat_interleave(group_size)
-    return True
-
-
-def _drop_rows(cache: object, keep: torch.Tensor) -> bool:
-    """Remove finished rows from the KV cache: True if the cache supports it."""
-    if not hasattr(cache, "batch_select_indices"):
-        return False
-    cache.batch_select_indices(keep)
-    return True
-
-
 @torch.no_grad()
 def generate(
     model: PreTrainedModel,
@@ -138,6 +115,7 @@ def generate(
     generator: torch.Generator | None = None,
     group_size: int = 1,
     compact: bool = True,
+    engine: str = "auto",
 ) -> Rollouts:
     """Sample `group_size` completions of each of the N prompts (rows g*G .. g*G+G-1 answer
     prompt g), decoding until every row has emitted EOS or max_new_tokens is reached.
@@ -146,65 +124,44 @@ def generate(
     rows that have finished leave the batch (`compact`: whenever they are a quarter of it, since
     dropping rows copies the cache) so they stop costing attention and MLP compute; and the
     log-prob of every sampled token is kept (`sample_logp_BT`) so the update can check it against
-    its own recomputation.
+    its own recomputation. `engine` picks the forward pass (rollout/engines.py): 'auto',
+    'static' or 'transformers'.
     """
     G = group_size
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a peft wrapper passes kwargs through
-    cache_arg = _cache_argument(type(base))
     device = prompt_ids_NP.device
     was_training = model.training
     model.eval()
-    out = model(
-        input_ids=prompt_ids_NP,
-        attention_mask=prompt_mask_NP,
-        position_ids=(prompt_mask_NP.cumsum(dim=1) - 1).clamp(min=0),
-        use_cache=True,
-        logits_to_keep=1,
-    )
+    decoder = make_engine(model, engine, prompt_ids_NP.shape[1] + max_new_tokens, max_new_tokens)
+    logits_AV = decoder.prefill(prompt_ids_NP, prompt_mask_NP, G)  # A: the rows still decoding
     prompt_ids_BP, prompt_mask_BP = prompt_ids_NP.repeat_interleave(G, 0), prompt_mask_NP.repeat_interleave(G, 0)
-    cache = getattr(out, cache_arg)
-    logits_AV = out.logits[:, -1].float().repeat_interleave(G, 0)  # A: the rows still decoding
-    if not _share_prompt_cache(cache, G):
-        out = model(input_ids=prompt_ids_BP, attention_mask=prompt_mask_BP,
-                    position_ids=(prompt_mask_BP.cumsum(dim=1) - 1).clamp(min=0), use_cache=True, logits_to_keep=1)
-        cache, logits_AV = getattr(out, cache_arg), out.logits[:, -1].float()
     B = prompt_ids_BP.shape[0]
     rows_A = torch.arange(B, device=device)  # which batch row each active row is
-    attn_AL = prompt_mask_BP.clone()
     pos_A = prompt_mask_BP.sum(dim=1) - 1  # position of each row's last prompt token
     done_A = torch.zeros(B, dtype=torch.bool, device=device)
     tokens_BT = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=device)
     sample_logp_BT = torch.zeros((B, max_new_tokens), device=device)
-    entropy_sum, steps = 0.0, 0
+    entropy_sum, steps = torch.zeros((), device=device), 0
     for t in range(max_new_tokens):
         steps = t + 1
+        logp_AV = torch.log_softmax(logits_AV if greedy else logits_AV / temperature, dim=-1)
         if greedy:
             next_A = logits_AV.argmax(dim=-1)
-            logp_AV = torch.log_softmax(logits_AV, dim=-1)
         else:
             next_A = sample_next(logits_AV, temperature, top_p, generator)
-            logp_AV = torch.log_softmax(logits_AV / temperature, dim=-1)
-            entropy_sum += float((-(logp_AV.exp() * logp_AV).sum(dim=-1))[~done_A].sum())
-        next_A = torch.where(done_A, torch.full_like(next_A, pad_id), next_A)
+            entropy_sum += (logp_AV.exp() * logp_AV).sum(dim=-1).masked_fill(done_A, 0.0).sum().neg()
+        next_A = next_A.masked_fill(done_A, pad_id)
         tokens_BT[rows_A, t] = next_A
-        sample_logp_BT[rows_A, t] = torch.where(done_A, 0.0, logp_AV.gather(1, next_A.unsqueeze(1)).squeeze(1))
+        sample_logp_BT[rows_A, t] = logp_AV.gather(1, next_A.unsqueeze(1)).squeeze(1).masked_fill(done_A, 0.0)
         done_A = done_A | (next_A == eos_id)
-        if bool(done_A.all()):
+        finished = int(done_A.sum())
+        if finished == len(done_A):
             break
-        if compact and int(done_A.sum()) * 4 >= len(done_A):
+        if compact and finished * 4 >= len(done_A):
             keep = torch.nonzero(~done_A).squeeze(1)
-            if _drop_rows(cache, keep):
-                rows_A, attn_AL, pos_A, next_A, done_A = rows_A[keep], attn_AL[keep], pos_A[keep], next_A[keep], done_A[keep]
-        attn_AL = torch.cat([attn_AL, torch.ones((len(rows_A), 1), dtype=attn_AL.dtype, device=device)], dim=1)
+            if decoder.keep_rows(keep):
+                rows_A, pos_A, next_A, done_A = rows_A[keep], pos_A[keep], next_A[keep], done_A[keep]
         pos_A = pos_A + 1
-        out = model(
-            input_ids=next_A.unsqueeze(1),
-            attention_mask=attn_AL,
-            position_ids=pos_A.unsqueeze(1),
-            use_cache=True,
-            **{cache_arg: cache},
-        )
-        cache, logits_AV = getattr(out, cache_arg), out.logits[:, -1].float()
+        logits_AV = decoder.step(next_A, pos_A)
     model.train(was_training)
 
     completion_ids_BT = tokens_BT[:, :steps]
@@ -213,7 +170,7 @@ def generate(
     eos_BT = (completion_ids_BT == eos_id).long()
     completion_mask_BT = ((eos_BT.cumsum(dim=1) - eos_BT) == 0).long()
     truncated_B = ~(eos_BT.bool().any(dim=1))
-    return Rollouts(prompt_ids_BP, prompt_mask_BP, completion_ids_BT, completion_mask_BT, truncated_B, entropy_sum,
+    return Rollouts(prompt_ids_BP, prompt_mask_BP, completion_ids_BT, completion_mask_BT, truncated_B, float(entropy_sum),
                     sample_logp_BT[:, :steps] * completion_mask_BT)
 
 

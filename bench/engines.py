@@ -1,0 +1,94 @@
+"""Decoding engines side by side: rlvr's static-cache engine against the model's own forward.
+
+    .venv/bin/python bench/engines.py                                 # lab model, 4 prompts x G=8
+    .venv/bin/python bench/engines.py --model runs/presets/sft-seed0/sft --rounds 20
+    .venv/bin/python bench/engines.py --hidden 512 --layers 10 --heads 8 --intermediate 1408
+
+Each round samples the same prompts with the same seed through `rlvr.rollout.generate`, once per
+engine, alternating which goes first (so drift of the machine falls on both); the two engines
+draw the same tokens (the script checks), so they do identical work. Prints, per engine, the
+median seconds per generate call, milliseconds per decoding step and generated tokens per
+second, and the ratio static / transformers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from rlvr.config import Config, TinyModelConfig
+from rlvr.data import format_prompt
+from rlvr.loop import PromptStream
+from rlvr.models import build_char_tokenizer, build_tiny_model, load_model, load_tokenizer
+from rlvr.rollout import encode_prompts, generate
+from rlvr.tasks.arithmetic import make_splits
+
+ENGINES = ("static", "transformers")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", help="a model directory (default: a fresh tiny model of the given shape)")
+    parser.add_argument("--hidden", type=int, default=192)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--kv-heads", type=int, default=2)
+    parser.add_argument("--intermediate", type=int, default=512)
+    parser.add_argument("--prompts", type=int, default=4)
+    parser.add_argument("--group-size", type=int, default=8)
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.set_flush_denormal(True)
+
+    cfg = Config()
+    if args.model:
+        model, tokenizer = load_model(args.model), load_tokenizer(args.model)
+    else:
+        tokenizer = build_char_tokenizer()
+        shape = TinyModelConfig(args.hidden, args.layers, args.heads, args.kv_heads, args.intermediate, max_positions=256)
+        model = build_tiny_model(tokenizer, shape, seed=0)
+    model.eval()
+    params = sum(p.numel() for p in model.parameters())
+    train, _ = make_splits(cfg.task, cfg.run.seed)
+    stream = PromptStream(train, cfg.run.seed)
+
+    seconds: dict[str, list[float]] = {e: [] for e in ENGINES}
+    steps: dict[str, list[int]] = {e: [] for e in ENGINES}
+    tokens: dict[str, list[int]] = {e: [] for e in ENGINES}
+    for r in range(args.rounds + 1):  # round 0 warms up and is not counted
+        prompts = [format_prompt(tokenizer, e.prompt, cfg.data) for e in stream.take(args.prompts)]
+        ids, mask = encode_prompts(tokenizer, prompts, torch.device("cpu"))
+        outs = {}
+        for engine in ENGINES if r % 2 == 0 else ENGINES[::-1]:
+            t0 = time.perf_counter()
+            outs[engine] = generate(model, ids, mask, max_new_tokens=args.max_new_tokens, eos_id=tokenizer.eos_token_id,
+                                    pad_id=tokenizer.pad_token_id, group_size=args.group_size,
+                                    generator=torch.Generator().manual_seed(r), engine=engine)
+            if r:
+                seconds[engine].append(time.perf_counter() - t0)
+                steps[engine].append(outs[engine].completion_ids_BT.shape[1])
+                tokens[engine].append(int(outs[engine].lengths_B.sum()))
+        same = torch.equal(outs["static"].completion_ids_BT, outs["transformers"].completion_ids_BT)
+        if not same:
+            print(f"round {r}: the engines drew different tokens (a float-rounding tie); timings still compare")
+
+    print(f"model: {params / 1e6:.2f}M parameters, {args.prompts} prompts x G={args.group_size}, "
+          f"max {args.max_new_tokens} new tokens, {args.threads} threads, {args.rounds} rounds")
+    print("| engine | s per generate (median) | ms per decoding step | generated tokens/s |")
+    print("|---|---|---|---|")
+    med = {}
+    for engine in ENGINES:
+        med[engine] = statistics.median(seconds[engine])
+        per_step = statistics.median(s / n for s, n in zip(seconds[engine], steps[engine])) * 1e3
+        print(f"| {engine} | {med[engine]:.4f} | {per_step:.2f} | {sum(tokens[engine]) / sum(seconds[engine]):,.0f} |")
+    print(f"static / transformers: {med['static'] / med['transformers']:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,153 @@
+"""The decoding engines compute what a full forward of the model computes, for every supported
+architecture, with left padding, shared prompts, dropped rows, LoRA adapters and rotary scaling."""
+
+import pytest
+import torch
+from transformers import (
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
+
+from rlvr.rollout import StaticCacheEngine, TransformersEngine, generate, make_engine, static_engine_unsupported
+
+VOCAB, PAD = 50, 0
+SHAPE = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=64, pad_token_id=PAD)
+
+
+def build(kind: str, dtype=torch.float32, **extra):
+    torch.manual_seed(0)
+    if kind == "llama":
+        model = LlamaForCausalLM(LlamaConfig(**SHAPE, **extra))
+    elif kind == "mistral":
+        model = MistralForCausalLM(MistralConfig(**SHAPE, sliding_window=None, **extra))
+    elif kind == "qwen2":
+        model = Qwen2ForCausalLM(Qwen2Config(**SHAPE, **extra))  # q/k/v carry biases
+    elif kind == "qwen3":
+        model = Qwen3ForCausalLM(Qwen3Config(**SHAPE, head_dim=8, **extra))  # q_norm/k_norm per head
+    else:
+        raise ValueError(kind)
+    with torch.no_grad():  # random biases and norm weights, so a skipped term would show
+        for name, p in model.named_parameters():
+            if "bias" in name or "norm" in name:
+                p.add_(torch.randn_like(p) * 0.3)
+    return model.to(dtype).eval()
+
+
+def prompts():
+    """Three left-padded prompts of lengths 5, 2 and 7."""
+    lengths = [5, 2, 7]
+    g = torch.Generator().manual_seed(1)
+    ids = torch.full((3, 7), PAD)
+    mask = torch.zeros((3, 7), dtype=torch.long)
+    for row, n in enumerate(lengths):
+        ids[row, 7 - n:] = torch.randint(1, VOCAB, (n,), generator=g)
+        mask[row, 7 - n:] = 1
+    return ids, mask
+
+
+def full_forward_logits(model, ids_BL, mask_BL):
+    """Next-token logits at the last column from one uncached forward: the reference."""
+    positions = (mask_BL.cumsum(1) - 1).clamp(min=0)
+    with torch.no_grad():
+        return model(input_ids=ids_BL, attention_mask=mask_BL, position_ids=positions).logits[:, -1].float()
+
+
+def check_engine(model, engine, G=2, steps=4, atol=1e-5):
+    """Prefill, then decode `steps` tokens, dropping a row half-way; compare each step's logits
+    with a full forward over each row's whole sequence so far."""
+    ids_NP, mask_NP = prompts()
+    ids_BL, mask_BL = ids_NP.repeat_interleave(G, 0), mask_NP.repeat_interleave(G, 0)
+    rows = torch.arange(ids_BL.shape[0])
+    with torch.no_grad():
+        logits = engine.prefill(ids_NP, mask_NP, G)
+    torch.testing.assert_close(logits, full_forward_logits(model, ids_BL, mask_BL), atol=atol, rtol=atol)
+    g = torch.Generator().manual_seed(2)
+    for step in range(steps):
+        if step == 2:  # drop rows 1 and 4, as compaction does
+            keep = torch.tensor([0, 2, 3, 5])
+            assert engine.keep_rows(keep)
+            rows, ids_BL, mask_BL = rows[keep], ids_BL[keep], mask_BL[keep]
+        tokens = torch.randint(1, VOCAB, (len(rows),), generator=g)
+        positions = mask_BL.sum(1)
+        ids_BL = torch.cat([ids_BL, tokens[:, None]], 1)
+        mask_BL = torch.cat([mask_BL, torch.ones_like(tokens)[:, None]], 1)
+        with torch.no_grad():
+            logits = engine.step(tokens, positions)
+        torch.testing.assert_close(logits, full_forward_logits(model, ids_BL, mask_BL), atol=atol, rtol=atol)
+
+
+@pytest.mark.parametrize("kind", ["llama", "mistral", "qwen2", "qwen3"])
+def test_static_engine_equals_a_full_forward(kind):
+    model = build(kind)
+    assert static_engine_unsupported(model, 20) is None
+    check_engine(model, StaticCacheEngine(model, max_new_tokens=8))
+
+
+def test_transformers_engine_equals_a_full_forward():
+    model = build("qwen3")
+    check_engine(model, TransformersEngine(model))
+
+
+def test_static_engine_applies_the_models_rotary_scaling():
+    model = build("llama", rope_parameters={"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                                             "high_freq_factor": 4.0, "original_max_position_embeddings": 16})
+    check_engine(model, StaticCacheEngine(model, max_new_tokens=8))
+
+
+def test_static_engine_decodes_through_lora_adapters():
+    peft = pytest.importorskip("peft")
+    model = build("qwen3")
+    lora = peft.get_peft_model(model, peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "gate_proj", "down_proj"]))
+    with torch.no_grad():  # adapters start at B = 0; make them matter
+        for name, p in lora.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    lora.eval()
+    assert static_engine_unsupported(lora, 20) is None
+    check_engine(lora, StaticCacheEngine(lora, max_new_tokens=8))
+
+
+def test_static_engine_in_bfloat16_stays_close_to_the_full_forward():
+    model = build("qwen3", dtype=torch.bfloat16)
+    engine = StaticCacheEngine(model, max_new_tokens=8)
+    check_engine(model, engine, atol=3e-2)
+    assert engine.keys[0].dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen3"])
+def test_both_engines_sample_the_same_completions(kind):
+    model = build(kind)
+    ids, mask = prompts()
+    kw = dict(max_new_tokens=10, eos_id=VOCAB - 1, pad_id=PAD, group_size=4, temperature=0.8)
+    a = generate(model, ids, mask, engine="static", generator=torch.Generator().manual_seed(3), **kw)
+    b = generate(model, ids, mask, engine="transformers", generator=torch.Generator().manual_seed(3), **kw)
+    assert torch.equal(a.completion_ids_BT, b.completion_ids_BT)
+    torch.testing.assert_close(a.sample_logp_BT, b.sample_logp_BT, atol=1e-5, rtol=1e-5)
+
+
+def test_auto_falls_back_and_static_says_why():
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=1, n_head=2, n_positions=64)).eval()
+    assert isinstance(make_engine(gpt2, "auto", 20, 8), TransformersEngine)
+    with pytest.raises(ValueError, match="model type 'gpt2'"):
+        make_engine(gpt2, "static", 20, 8)
+    ids, mask = prompts()
+    out = generate(gpt2, ids, mask, max_new_tokens=5, eos_id=VOCAB - 1, pad_id=PAD, greedy=True)  # auto: still generates
+    assert out.completion_ids_BT.shape[0] == 3 and out.completion_mask_BT.sum() > 0
+
+
+def test_sliding_window_models_use_the_transformers_engine():
+    windowed = MistralForCausalLM(MistralConfig(**SHAPE, sliding_window=12)).eval()
+    assert static_engine_unsupported(windowed, 12) is None  # the window never binds
+    assert "sliding window" in static_engine_unsupported(windowed, 13)
+    assert isinstance(make_engine(windowed, "auto", 13, 6), TransformersEngine)
+    layered = Qwen3ForCausalLM(Qwen3Config(**SHAPE, use_sliding_window=True, sliding_window=8, max_window_layers=1)).eval()
+    assert "sliding-window" in static_engine_unsupported(layered, 10)
