@@ -16,7 +16,8 @@ How each phase is timed (the same instruments for both trainers where possible):
 - score: rlvr's `time/verify` (decoding + reward terms); TRL: a wrapper around
   `_calculate_rewards` (the reward function).
 - forward / forward_nograd / gen_forward: hooks on the policy's (and reference's) top-level
-  module call. A call with an explicit `use_cache` or KV-cache argument is a decoding forward
+  module call (and, for rlvr's static-cache engine, which calls the layers directly, its
+  prefill and step). A call with an explicit `use_cache` or KV-cache argument is a decoding forward
   (gen_forward, part of generate); others are training forwards (forward when grad is on,
   forward_nograd for the reference / old log-prob passes).
 - backward: a wrapper around `torch.autograd.backward` (what `Tensor.backward` calls).
@@ -207,6 +208,12 @@ def run_rlvr(spec: dict, work: Path) -> dict:
         return model
 
     pipeline.load_model = load_and_watch  # the policy; the reference is deep-copied from it, hooks included
+    # The static-cache engine drives the model's layers without a top-level module call, so
+    # its forwards are timed at the engine (the transformers engine goes through the hooks).
+    from rlvr.rollout.engines import StaticCacheEngine
+
+    StaticCacheEngine.prefill = PHASES.wrap("gen_forward", StaticCacheEngine.prefill)
+    StaticCacheEngine.step = PHASES.wrap("gen_forward", StaticCacheEngine.step)
     summary = run(cfg, _Reporter(), command="bench")
     records = read_jsonl_records(run_dir / "metrics.jsonl")
     steps = []
