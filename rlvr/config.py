@@ -236,6 +236,11 @@ class TrainConfig:
         0, "If > 0, a micro-batch holds as many length-sorted sequences as fit in this many padded tokens (at most "
         "micro_batch_size): many short ones together, long ones apart. Gradients are the same either way."
     )
+    bucket_overhead_tokens: int = knob(
+        128, "Length bucketing: a length-sorted micro-batch is split into separate forwards wherever that saves more "
+        "padded positions than this many per extra forward (what one forward's fixed cost is worth in tokens); 0 = off. "
+        "Gradients are the same either way."
+    )
     log_samples_every: int = knob(25, "Write sample completions with verdicts every N steps.")
     save_model: bool = knob(True, "Save the final policy (save_pretrained) under output_dir/model.")
     max_nonfinite_steps: int = knob(
@@ -248,6 +253,7 @@ class TrainConfig:
         _require(self.lr > 0, "train.lr", "must be > 0")
         _require(self.micro_batch_size > 0, "train.micro_batch_size", "must be > 0")
         _require(self.micro_batch_tokens >= 0, "train.micro_batch_tokens", "must be >= 0")
+        _require(self.bucket_overhead_tokens >= 0, "train.bucket_overhead_tokens", "must be >= 0")
         _require(self.max_grad_norm >= 0, "train.max_grad_norm", "must be >= 0")
         _require(self.log_samples_every > 0, "train.log_samples_every", "must be > 0")
 

@@ -260,7 +260,7 @@ def grpo_train(
                     policy, optimizer, scheduler, batch.rollouts, advantages_B, ac,
                     reference=reference, temperature=rc.temperature, max_new_tokens=rc.max_new_tokens,
                     micro_batch_size=tc.micro_batch_size, max_grad_norm=tc.max_grad_norm, include_B=include_B,
-                    micro_batch_tokens=tc.micro_batch_tokens,
+                    micro_batch_tokens=tc.micro_batch_tokens, bucket_overhead_tokens=tc.bucket_overhead_tokens,
                 ))
             t_end = time.perf_counter()
 
@@ -269,6 +269,7 @@ def grpo_train(
             n_tokens = int(lengths_B.sum())
             record.update({
                 "rollout/mean_length": float(lengths_B.float().mean()),
+                "rollout/max_length": int(lengths_B.max()),  # decoding steps: the longest completion sets them
                 "rollout/truncated_frac": float(torch.cat([r.truncated_B for r in generated]).float().mean()),
                 "rollout/entropy": sum(r.entropy_sum for r in generated) / max(n_tokens, 1),
                 "rollout/tokens_per_s": n_tokens / max(step_samples.generate_s, 1e-9),

@@ -6,6 +6,7 @@ way (same positions, same temperature, same masking).
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 
 import torch
@@ -68,6 +69,35 @@ def token_budget_batches(rows: torch.Tensor, seq_lengths: torch.Tensor, max_rows
     return [torch.tensor(c, dtype=rows.dtype, device=rows.device) for c in out]
 
 
+def length_buckets(rows: torch.Tensor, prompt_len_B: torch.Tensor, completion_len_B: torch.Tensor, overhead_tokens: int) -> list[torch.Tensor]:
+    """Split `rows` (sorted by completion length) into consecutive buckets, each one forward,
+    minimising the positions computed, sum over buckets of rows x (longest prompt + longest
+    completion) (what `Rollouts.select` pads a bucket to), plus `overhead_tokens` per bucket.
+
+    A forward has a fixed cost (kernel launches, per-op dispatch) that is worth some number of
+    token positions; below that, padding is cheaper than another forward. Exact by dynamic
+    programming over split points, O(n^2) for n rows.
+    """
+    n = len(rows)
+    if overhead_tokens <= 0 or n <= 1:  # 0 = bucketing off
+        return [rows]
+    P, T = prompt_len_B[rows].tolist(), completion_len_B[rows].tolist()
+    best = [0.0] + [float("inf")] * n  # best[j]: cheapest split of rows[:j]
+    cut = [0] * (n + 1)
+    for j in range(1, n + 1):
+        longest_p = longest_t = 0
+        for i in range(j - 1, -1, -1):  # the last bucket is rows[i:j]
+            longest_p, longest_t = max(longest_p, P[i]), max(longest_t, T[i])
+            cost = best[i] + (j - i) * (longest_p + longest_t) + overhead_tokens
+            if cost < best[j]:
+                best[j], cut[j] = cost, i
+    buckets, j = [], n
+    while j > 0:
+        buckets.append(rows[cut[j] : j])
+        j = cut[j]
+    return buckets[::-1]
+
+
 def frozen_logprobs(model: PreTrainedModel, chunks: list[Rollouts], temperature: float) -> list[torch.Tensor]:
     """Log-probs of each chunk's completions under `model`, without a graph."""
     with torch.no_grad():
@@ -112,6 +142,7 @@ def rl_update(
     max_grad_norm: float,
     include_B: torch.Tensor | None = None,
     micro_batch_tokens: int = 0,
+    bucket_overhead_tokens: int = 0,
 ) -> dict[str, float]:
     """num_iterations optimizer steps on one rollout batch; returns averaged metrics.
 
@@ -143,6 +174,9 @@ def rl_update(
     active = active[torch.argsort(rollouts.lengths_B[active], stable=True)]
     seq_lengths_B = rollouts.prompt_mask_BP.sum(dim=1) + rollouts.lengths_B  # what a row costs after trimming
     parts = token_budget_batches(active, seq_lengths_B, micro_batch_size, micro_batch_tokens)
+    if bucket_overhead_tokens > 0:
+        prompt_len_B = rollouts.prompt_mask_BP.sum(dim=1)
+        parts = [b for part in parts for b in length_buckets(part, prompt_len_B, rollouts.lengths_B, bucket_overhead_tokens)]
     chunks = [rollouts.select(rows) for rows in parts]
     adv_chunks = [advantages_B[rows] for rows in parts]
 
@@ -150,11 +184,13 @@ def rl_update(
     # ones and need no extra forward. With more passes they are frozen before the first step.
     # The sampler's own log-probs can stand in for that forward (`algo.reuse_sampling_logp`): they
     # come from the same weights, differing only by KV-cache numerics (rollout/logp_mismatch_max).
+    t0 = time.perf_counter()
     if algo.num_iterations > 1 and algo.reuse_sampling_logp and all(c.sample_logp_BT is not None for c in chunks):
         old = [c.sample_logp_BT for c in chunks]
     else:
         old = frozen_logprobs(policy, chunks, temperature) if algo.num_iterations > 1 else None
     ref = frozen_logprobs(reference, chunks, temperature) if reference is not None and kl_coef > 0 else None
+    seconds = {"time/frozen_forward": time.perf_counter() - t0, "time/forward": 0.0, "time/backward": 0.0, "time/optimizer": 0.0}
 
     entropy_bonus = algo.entropy_coef != 0.0
     skipped = 0
@@ -165,8 +201,9 @@ def rl_update(
     trainable = [p for group in optimizer.param_groups for p in group["params"]]
     for pass_index in range(algo.num_iterations):
         optimizer.zero_grad(set_to_none=True)
-        total = torch.zeros(())
+        total = torch.zeros((), device=advantages_B.device)
         for i, chunk in enumerate(chunks):
+            t0 = time.perf_counter()
             # The policy's entropy is computed only for the bonus: the step's entropy is already
             # logged from sampling (rollout/entropy), and a (B, T, V) extra costs memory on real vocabularies.
             scored = completion_logprobs(
@@ -192,7 +229,10 @@ def rl_update(
                 entropy_coef=algo.entropy_coef,
                 normalizer=normalizer,
             )
+            t1 = time.perf_counter()
             loss.backward()
+            seconds["time/forward"] += t1 - t0
+            seconds["time/backward"] += time.perf_counter() - t1
             total += loss.detach()
             n_tok = int(chunk.completion_mask_BT.sum())
             tokens_seen += n_tok
@@ -203,6 +243,7 @@ def rl_update(
                 gap = torch.where(chunk.completion_mask_BT.bool(), (logp.detach() - chunk.sample_logp_BT).abs(), 0.0)
                 mismatch_sum, mismatch_max = mismatch_sum + float(gap.sum()), max(mismatch_max, float(gap.max()))
         if chunks:  # max_norm=inf measures the norm without clipping
+            t0 = time.perf_counter()
             grad_norm = torch.nn.utils.clip_grad_norm_(trainable, max_grad_norm or float("inf"))
             if torch.isfinite(grad_norm) and torch.isfinite(total):
                 optimizer.step()
@@ -211,6 +252,7 @@ def rl_update(
                 optimizer.zero_grad(set_to_none=True)
                 skipped += 1
             sums["loss/grad_norm"] += float(grad_norm)
+            seconds["time/optimizer"] += time.perf_counter() - t0
         sums["loss/policy"] += float(total)
 
     out = {name: value / max(tokens_seen, 1) for name, value in sums.items() if name not in ("loss/policy", "loss/grad_norm")}
@@ -223,4 +265,9 @@ def rl_update(
     first_pass_tokens = tokens_seen / algo.num_iterations
     out["rollout/logp_mismatch_mean"] = mismatch_sum / max(first_pass_tokens, 1)
     out["rollout/logp_mismatch_max"] = mismatch_max
+    out["loss/forwards"] = len(chunks)  # micro-batches (length buckets) per pass
+    # Wall-clock split of the update (the reference / old-log-prob forwards, the policy's forward
+    # with the loss, backward, clipping + optimizer step); on a GPU these time kernel launches
+    # unless the device is synchronised.
+    out.update(seconds)
     return out

@@ -4,6 +4,8 @@ import copy
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rlvr.config import AlgoConfig, TinyModelConfig
 from rlvr.models import build_char_tokenizer, build_tiny_model
@@ -220,3 +222,60 @@ def test_token_budget_micro_batches_give_the_whole_batch_gradient(model, tokeniz
         grads.append(torch.cat([p.grad.flatten() for p in policy.parameters()]))
     torch.testing.assert_close(grads[1], grads[0], atol=1e-6, rtol=1e-4)
     torch.testing.assert_close(grads[2], grads[0], atol=1e-6, rtol=1e-4)
+
+
+def test_length_buckets_split_where_padding_costs_more_than_a_forward():
+    from rlvr.update import length_buckets
+
+    rows = torch.tensor([0, 1, 2, 3, 4, 5])  # sorted by completion length
+    prompt = torch.tensor([3, 3, 3, 3, 3, 3])
+    completion = torch.tensor([2, 2, 2, 2, 40, 40])
+    # One forward: 6 x 43 = 258 positions + 20. Two: 4 x 5 + 2 x 43 = 106 positions + 40: cheaper.
+    assert [b.tolist() for b in length_buckets(rows, prompt, completion, 20)] == [[0, 1, 2, 3], [4, 5]]
+    # When a forward is worth more than the 152 positions saved, everything stays together.
+    assert [b.tolist() for b in length_buckets(rows, prompt, completion, 200)] == [[0, 1, 2, 3, 4, 5]]
+    # The longest prompt of a bucket pads it too (Rollouts.select trims to it).
+    prompt = torch.tensor([30, 1, 1, 1, 1, 1])
+    assert [b.tolist() for b in length_buckets(rows, prompt, torch.full((6,), 2), 20)] == [[0], [1, 2, 3, 4, 5]]
+    assert [b.tolist() for b in length_buckets(rows, prompt, completion, 0)] == [[0, 1, 2, 3, 4, 5]]  # 0 = off
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 12), st.integers(1, 30)), min_size=1, max_size=7), st.integers(1, 60))
+def test_length_buckets_are_the_cheapest_consecutive_split(sizes, overhead):
+    """Against every way to cut the sorted rows into consecutive buckets."""
+    from itertools import combinations
+
+    from rlvr.update import length_buckets
+
+    sizes = sorted(sizes, key=lambda pt: pt[1])
+    prompt, completion = torch.tensor([p for p, _ in sizes]), torch.tensor([t for _, t in sizes])
+    rows = torch.arange(len(sizes))
+
+    def cost(buckets):
+        return sum(len(b) * (max(prompt[b].tolist()) + max(completion[b].tolist())) + overhead for b in buckets)
+
+    got = length_buckets(rows, prompt, completion, overhead)
+    assert torch.equal(torch.cat(got), rows)
+    n = len(sizes)
+    best = min(cost([rows[a:b] for a, b in zip((0, *cuts), (*cuts, n))]) for k in range(n) for cuts in combinations(range(1, n), k))
+    assert cost(got) == best
+
+
+@pytest.mark.parametrize("aggregation", ["token_mean", "seq_mean_token_mean"])
+def test_length_buckets_give_the_whole_batch_gradient(model, tokenizer, aggregation):
+    from rlvr.update import length_buckets
+
+    rollouts = make_rollouts(model, tokenizer)
+    adv = torch.linspace(-1.0, 1.0, rollouts.completion_ids_BT.shape[0])
+    rows = torch.argsort(rollouts.lengths_B, stable=True)
+    assert len(length_buckets(rows, rollouts.prompt_mask_BP.sum(1), rollouts.lengths_B, 1)) >= 3  # really split
+    grads = []
+    for overhead in (0, 1):  # one forward; a bucket per distinct length
+        policy = copy.deepcopy(model).train()
+        opt = torch.optim.SGD(policy.parameters(), lr=0.0)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+        rl_update(policy, opt, sched, rollouts, adv, AlgoConfig(aggregation=aggregation, beta=0.1), reference=copy.deepcopy(model),
+                  temperature=1.0, max_new_tokens=8, micro_batch_size=64, max_grad_norm=0.0, bucket_overhead_tokens=overhead)
+        grads.append(torch.cat([p.grad.flatten() for p in policy.parameters()]))
+    torch.testing.assert_close(grads[1], grads[0], atol=1e-6, rtol=1e-4)
