@@ -4,7 +4,7 @@
     .venv/bin/python bench/vs_trl.py                          # A/B: beta 0 and 0.04, 3 runs x 20 steps each
     .venv/bin/python bench/vs_trl.py --runs 1 --steps 2       # smoke run
     .venv/bin/python bench/vs_trl.py --model runs/x/sft       # an existing cold start instead of building one
-    .venv/bin/python bench/vs_trl.py --scaling                # rlvr s/step vs G, completion length, model size
+    .venv/bin/python bench/vs_trl.py --scaling                # s/step vs G, completion length, model size (rlvr, TRL)
     .venv/bin/python bench/vs_trl.py --profile --steps 5      # torch profiler op table of each trainer
 
 The work, the same for both: one tiny Qwen3 + character tokenizer built with
@@ -269,7 +269,8 @@ def profile(args, work: Path) -> dict:
 
 
 def scaling(args, work: Path) -> dict:
-    """rlvr seconds per step as one factor grows, the others at the base (G=8, 64 tokens, 1M)."""
+    """Seconds per step as one factor grows, the others at the base (G=8, 64 tokens, 1M): rlvr, and
+    TRL on the same setting right after it."""
     from rlvr.config import load_config
     from _trainers import bench_prompts
     from rlvr.models import build_char_tokenizer
@@ -277,7 +278,7 @@ def scaling(args, work: Path) -> dict:
     lr = args.lr if args.lr is not None else load_config().train.lr
     grid = [("G", g, 64, "1M") for g in (4, 8, 16)] + [("length", 8, n, "1M") for n in (32, 128)] + [("size", 8, 64, m) for m in ("10M", "30M")]
     tok = build_char_tokenizer()
-    print(f"# rlvr scaling   {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}   load {load()}   rlvr {rlvr_version()}")
+    print(f"# scaling (rlvr, and TRL on each setting unless --no-scaling-trl)   {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}   load {load()}   rlvr {rlvr_version()}")
     print(f"random-init models, beta {args.scaling_beta} (so every completion is forwarded: a random model's rewards are all 0), "
           f"{args.prompts} prompts, {args.scaling_steps} steps per setting, median of steps 2..N, {args.threads} threads\n")
     rows = []
@@ -294,6 +295,10 @@ def scaling(args, work: Path) -> dict:
         name = f"scaling-G{G}-L{L}-{size}"
         print(f"  running {name} (load {load()}) ...", file=sys.stderr, flush=True)
         res = run_child(spec, work, name, args.timeout)
+        trl = None
+        if args.scaling_trl:  # the same setting through TRL, right after (A/B per row)
+            print(f"  running {name}-trl (load {load()}) ...", file=sys.stderr, flush=True)
+            trl = run_child({**spec, "trainer": "trl"}, work, f"{name}-trl", args.timeout)
         steps = measured(res["steps"])
         step_lens = [lens[i * args.prompts:(i + 1) * args.prompts] for i in range(args.scaling_steps)][1:]
         flops = [sum(step_flops(shape, pl, G, s["mean_length"], args.scaling_beta).values()) for s, pl in zip(steps, step_lens)]
@@ -303,15 +308,26 @@ def scaling(args, work: Path) -> dict:
             "tokens": statistics.fmean(s["tokens"] for s in steps), "gflop": statistics.fmean(flops) / 1e9,
             "floor_s": statistics.median(floors), "phases": {k: statistics.fmean(phase_values(s)[k] for s in steps) for k in PHASE_COLUMNS},
             "peak_rss_mb": res["peak_rss_mb"], "load": f"{res['load_before']} -> {res['load_after']}",
+            "trl": None if trl is None else {
+                "median_s": statistics.median(s["seconds"] for s in measured(trl["steps"])), "peak_rss_mb": trl["peak_rss_mb"],
+                "phases": {k: statistics.fmean(phase_values(s)[k] for s in measured(trl["steps"])) for k in PHASE_COLUMNS},
+                "load": f"{trl['load_before']} -> {trl['load_after']}"},
         })
     print_scaling(rows)
     return {"scaling": rows}
 
 
+def trl_cells(row: dict) -> str:
+    t = row.get("trl")
+    if t is None:
+        return " | | | |"
+    return f"{t['median_s']:.3f} | **{row['median_s'] / t['median_s']:.2f}** | {t['phases']['generate']:.3f} | {t['peak_rss_mb']:.0f} |"
+
+
 def print_scaling(rows: list[dict]) -> None:
     base = next(r for r in rows if (r["G"], r["L"], r["size"]) == (8, 64, "1M"))
     head = ["grows", "G", "max len", "params", "s/step", "gen tokens", "GFLOP", "x floor", "time x", "work x", "",
-            "generate", "forward", "backward", "optimizer", "peak RSS MiB"]
+            "generate", "forward", "backward", "optimizer", "peak RSS MiB", "TRL s/step", "rlvr/TRL", "TRL generate", "TRL peak RSS MiB"]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for factor, key in (("G", "G"), ("length", "L"), ("size", "params")):
@@ -323,7 +339,7 @@ def print_scaling(rows: list[dict]) -> None:
             p = r["phases"]
             print(f"| {factor} | {r['G']} | {r['L']} | {r['params'] / 1e6:.1f}M | {r['median_s']:.3f} | {r['tokens']:.0f} | "
                   f"{r['gflop']:.2f} | {r['median_s'] / r['floor_s']:.1f}x | {t:.2f} | {w:.2f} | {mark} | {p['generate']:.3f} | "
-                  f"{p['forward']:.3f} | {p['backward']:.3f} | {p['optimizer']:.3f} | {r['peak_rss_mb']:.0f} |")
+                  f"{p['forward']:.3f} | {p['backward']:.3f} | {p['optimizer']:.3f} | {r['peak_rss_mb']:.0f} | " + trl_cells(r))
     print("\n(time x and work x: growth over the row above in the same group; work = FLOPs of the real tokens; base: G=8, "
           "max 64 tokens, 1M, measured once and shown in each group)")
 
@@ -347,6 +363,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads, the same for both trainers")
     parser.add_argument("--scaling-steps", type=int, default=6)
     parser.add_argument("--scaling-beta", type=float, default=0.04)
+    parser.add_argument("--no-scaling-trl", dest="scaling_trl", action="store_false", help="scaling: rlvr only, without TRL's column")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per run")
     parser.add_argument("--work", type=Path, default=Path("runs/bench-vs-trl"), help="models (cached), run logs, results JSON")
     args = parser.parse_args()
