@@ -66,6 +66,7 @@ def rng_state(sampling: torch.Generator | None) -> dict[str, Any]:
         state["cuda"] = torch.cuda.get_rng_state_all()
     if sampling is not None:
         state["sampling"] = sampling.get_state()
+        state["sampling_device"] = sampling.device.type  # a CPU and a CUDA generator's states differ in kind
     try:  # numpy is not a dependency, but a user's reward function may draw from it
         import numpy
 
@@ -80,8 +81,15 @@ def restore_rng_state(state: dict[str, Any], sampling: torch.Generator | None) -
     random.setstate(state["python"])
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        for device, cuda_state in enumerate(state["cuda"][: torch.cuda.device_count()]):  # fewer GPUs now: restore those there are
+            torch.cuda.set_rng_state(cuda_state, device)
     if sampling is not None:
+        saved = state.get("sampling_device", "cpu")
+        if saved != sampling.device.type:
+            raise CheckpointError(
+                f"the checkpoint's sampling RNG ran on {saved}, this run samples on {sampling.device.type}: "
+                f"resume with run.device={saved} (a run continues exactly only on the kind of device it started on)"
+            )
         sampling.set_state(state["sampling"])
     if "numpy" in state:
         import numpy
@@ -201,5 +209,6 @@ def load_weights(path: Path, policy: torch.nn.Module) -> None:
 
 
 def load_trainer(path: Path) -> dict[str, Any]:
-    # weights_only: a checkpoint is data, never code to run
-    return torch.load(path / "trainer.pt", weights_only=True)
+    # weights_only: a checkpoint is data, never code to run. map_location: a run saved on a GPU
+    # still loads without one (the optimizer moves its state to the parameters' device).
+    return torch.load(path / "trainer.pt", weights_only=True, map_location="cpu")

@@ -49,7 +49,14 @@ class RunConfig:
     output_dir: str = knob("", "Directory for config.toml, metrics.jsonl, samples, plots and the model; empty = runs/<command>-<time>.")
     seed: int = knob(0, "Seed for data splits, model init, sampling and shuffling.")
     device: str = knob("auto", "'auto' (cuda if available, else cpu), 'cpu', 'cuda' or 'cuda:N'.")
-    dtype: Literal["float32", "bfloat16", "float16"] = knob("float32", "Parameter dtype of the policy (bf16 for GPUs; fp32 is fastest on CPU).")
+    dtype: Literal["float32", "bfloat16", "float16"] = knob(
+        "float32", "Parameter dtype of the policy. Training full weights needs float32 (AdamW updates below bf16's "
+        "resolution vanish); bf16/fp16 weights are for LoRA (adapters stay fp32) or evaluation. For bf16 compute use run.autocast."
+    )
+    autocast: Literal["none", "bfloat16"] = knob(
+        "none", "Run every forward pass (sampling, update, reference, SFT, eval) in this dtype under torch.autocast while "
+        "weights and optimizer state stay in run.dtype: the usual mixed precision for GPUs. Backward runs outside it."
+    )
     threads: int = knob(0, "torch CPU threads; 0 keeps torch's default.")
 
     def validate(self) -> None:
@@ -238,8 +245,8 @@ class TrainConfig:
     )
     bucket_overhead_tokens: int = knob(
         128, "Length bucketing: a length-sorted micro-batch is split into separate forwards wherever that saves more "
-        "padded positions than this many per extra forward (what one forward's fixed cost is worth in tokens); 0 = off. "
-        "Gradients are the same either way."
+        "padded positions than this many per extra forward (what one forward's fixed cost is worth in tokens: ~128 on "
+        "a CPU; on a GPU, where launches cost more relative to tokens, try 1024); 0 = off. Gradients are the same either way."
     )
     log_samples_every: int = knob(25, "Write sample completions with verdicts every N steps.")
     save_model: bool = knob(True, "Save the final policy (save_pretrained) under output_dir/model.")
@@ -368,6 +375,15 @@ class Config:
                 f"{max(self.rollout.max_new_tokens, self.eval.max_new_tokens)} new tokens needs {longest}; "
                 "raise it or lower rollout/eval max_new_tokens",
             )
+        trains_full_weights = self.sft.steps > 0 or (self.train.steps > 0 and self.model.lora_rank == 0)
+        _require(
+            self.run.dtype == "float32" or not trains_full_weights,
+            "run.dtype",
+            f"= {self.run.dtype} would train full {self.run.dtype} weights, and AdamW updates smaller than the weights' "
+            "resolution (1/256 of a weight in bf16: a 1e-6 learning rate does nothing) are rounded away; use "
+            "run.dtype=float32 with run.autocast=bfloat16 (bf16 compute, fp32 weights), or train LoRA adapters (model.lora_rank > 0)"
+            + (" and sft.steps=0 (SFT trains full weights)" if self.sft.steps > 0 and self.model.lora_rank > 0 else ""),
+        )
         if self.reward.overlong_buffer_frac > 0:
             _require(
                 round(self.reward.overlong_buffer_frac * self.rollout.max_new_tokens) >= 1,

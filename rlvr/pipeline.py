@@ -14,6 +14,7 @@ it on the user's model and data. Everything a run produces lands in run.output_d
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -106,6 +107,15 @@ def prepare_model(cfg: Config, run_dir: Path):
     return model, tokenizer
 
 
+def forward_precision(cfg: Config, device: torch.device):
+    """Mixed precision (`run.autocast`): forwards in bf16 under torch.autocast, weights and optimizer
+    state in run.dtype. SFT, evaluation and GRPO all run inside it; their backward calls step out of
+    it (`backward_outside_autocast`), as torch recommends."""
+    if cfg.run.autocast == "none":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=getattr(torch, cfg.run.autocast))
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     torch.manual_seed(seed)
@@ -161,7 +171,8 @@ def _run(cfg: Config, reporter: Reporter, command: str, resume: bool, reward_ter
 
     def timed(name, fn):
         t = time.perf_counter()
-        result = fn()
+        with forward_precision(cfg, next(model.parameters()).device):
+            result = fn()
         seconds[name] = round(time.perf_counter() - t, 1)
         return result
 

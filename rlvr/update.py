@@ -46,6 +46,14 @@ def completion_logprobs(
     return logp_BT, -(logp_BTV.exp() * logp_BTV).sum(dim=-1)
 
 
+def backward_outside_autocast(loss: torch.Tensor) -> None:
+    """`loss.backward()` with autocast switched off. Under `run.autocast` the forwards run in bf16
+    inside torch.autocast; torch recommends running backward outside it (the backward ops follow
+    the dtypes the forward chose, and the weights' gradients stay in their fp32 dtype)."""
+    with torch.autocast(device_type=loss.device.type, enabled=False):
+        loss.backward()
+
+
 def micro_batches(rows: torch.Tensor, size: int) -> list[torch.Tensor]:
     return [rows[i : i + size] for i in range(0, len(rows), size)]
 
@@ -57,8 +65,9 @@ def token_budget_batches(rows: torch.Tensor, seq_lengths: torch.Tensor, max_rows
     if max_tokens <= 0:
         return micro_batches(rows, max_rows)
     out, current, longest = [], [], 0
+    lengths = seq_lengths.tolist()  # one device sync, not one per row
     for row in rows.tolist():
-        length = int(seq_lengths[row])
+        length = lengths[row]
         if current and ((len(current) + 1) * max(longest, length) > max_tokens or len(current) >= max_rows):
             out.append(current)
             current, longest = [], 0
@@ -230,7 +239,7 @@ def rl_update(
                 normalizer=normalizer,
             )
             t1 = time.perf_counter()
-            loss.backward()
+            backward_outside_autocast(loss)
             seconds["time/forward"] += t1 - t0
             seconds["time/backward"] += time.perf_counter() - t1
             total += loss.detach()

@@ -302,6 +302,9 @@ def nondefault_config() -> Config:
     cfg.run.output_dir = "runs/with space"
     cfg.run.seed = 11
     cfg.run.dtype = "bfloat16"
+    cfg.run.autocast = "bfloat16"
+    cfg.model.lora_rank = 8
+    cfg.sft.steps = 0
     cfg.model.path = "C:\\models\\qwen"
     cfg.model.tiny.hidden_size = 64
     cfg.model.gradient_checkpointing = True
@@ -401,6 +404,8 @@ def test_bare_word_override_of_a_string_field_stays_the_text_typed():
         (["checkpoint.auto_resume=true"], "checkpoint.auto_resume", "needs a fixed run.output_dir"),
         (["rollout.max_new_tokens=120"], "model.tiny.max_positions", "needs 130"),
         (["eval.max_new_tokens=200", "model.tiny.max_positions=150"], "model.tiny.max_positions", "needs 210"),
+        (["run.dtype=bfloat16"], "run.dtype", "run.autocast=bfloat16"),  # full bf16 weights lose AdamW updates
+        (["run.dtype=bfloat16", "model.lora_rank=8"], "run.dtype", "sft.steps=0"),  # SFT still trains full weights
     ],
 )
 def test_contradictory_settings_are_rejected_with_the_reason(overrides, field, why):

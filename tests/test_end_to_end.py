@@ -4,6 +4,7 @@ import json
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from rlvr.config import load_config
 from rlvr.loop import grpo_train
@@ -72,3 +73,17 @@ def test_pipeline_writes_the_whole_run_directory(tmp_path):
     # a second run into the same directory is refused rather than mixing two runs' metrics
     with pytest.raises(ValueError, match="run.output_dir"):
         run(load_config(overrides=TINY + [f"run.output_dir={json.dumps(str(out))}"]), Reporter(enabled=False), "lab")
+
+
+def test_a_mixed_precision_run_trains_and_saves_fp32_weights(tmp_path):
+    """run.autocast=bfloat16 end to end: SFT, evaluation and GRPO under bf16 autocast; the saved
+    model keeps fp32 weights."""
+    out = tmp_path / "amp"
+    cfg = load_config(overrides=TINY + [f"run.output_dir={json.dumps(str(out))}", "run.autocast=bfloat16", "sft.steps=5", "sft.batch_size=8",
+                                        "train.steps=2"])
+    summary = run(cfg, Reporter(enabled=False), "lab")
+    assert summary["rl_steps"] == 2
+    records = read_jsonl_records(out / "metrics.jsonl")
+    assert all(r["loss/skipped_nonfinite"] == 0 for r in records if "loss/skipped_nonfinite" in r)
+    saved = load_file(str(out / "model" / "model.safetensors"))
+    assert {t.dtype for t in saved.values()} == {torch.float32}

@@ -233,3 +233,31 @@ def test_a_bad_model_path_stops_before_the_run_directory_is_written(tmp_path):
     with pytest.raises(ModelError):
         run(cfg, Reporter(enabled=False), "lab")
     assert not out.exists()
+
+
+def test_autocast_runs_forwards_in_bf16_and_keeps_fp32_weights_and_gradients(saved):
+    """run.autocast=bfloat16: the update's forward computes in bf16, the backward lands fp32
+    gradients on fp32 weights, and the step moves them."""
+    import copy
+
+    from rlvr.config import AlgoConfig
+    from rlvr.rollout import encode_prompts, generate
+    from rlvr.update import rl_update
+
+    model, tokenizer = load_model(str(saved[1])), load_tokenizer(str(saved[1]))
+    seen = []
+    model.lm_head.register_forward_hook(lambda m, a, out: seen.append(out.dtype))
+    ids, mask = encode_prompts(tokenizer, ["1+2=", "3*4="], torch.device("cpu"))
+    before = copy.deepcopy(model.state_dict())
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        rollouts = generate(model, ids, mask, max_new_tokens=6, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
+                            group_size=4, generator=torch.Generator().manual_seed(0))
+        metrics = rl_update(model, optimizer, scheduler, rollouts, torch.linspace(-1, 1, 8), AlgoConfig(), reference=None,
+                            temperature=1.0, max_new_tokens=6, micro_batch_size=8, max_grad_norm=1.0)
+    assert set(seen) == {torch.bfloat16}  # sampling and the update's forward both ran in bf16
+    assert all(p.dtype == torch.float32 and p.grad.dtype == torch.float32 for p in model.parameters() if p.grad is not None)
+    assert metrics["loss/skipped_nonfinite"] == 0
+    assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert metrics["rollout/logp_mismatch_max"] < 0.5

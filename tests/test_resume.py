@@ -275,3 +275,15 @@ def test_a_lora_run_resumes_exactly_and_exports_merged(tmp_path, data_files):
     assert done.returncode == 0, done.stderr[-2000:]
     exported = AutoModelForCausalLM.from_pretrained(tmp_path / "out").state_dict()
     assert all(torch.allclose(exported[k], a[k], atol=1e-6) for k in a)
+
+
+def test_a_checkpoint_sampled_on_another_kind_of_device_is_refused_clearly():
+    from rlvr.checkpoint import CheckpointError, restore_rng_state, rng_state
+
+    generator = torch.Generator().manual_seed(0)
+    state = rng_state(generator)
+    assert state["sampling_device"] == "cpu"
+    restore_rng_state(state, generator)  # same kind of device: fine
+    state["sampling_device"] = "cuda"
+    with pytest.raises(CheckpointError, match="resume with run.device=cuda"):
+        restore_rng_state(state, generator)

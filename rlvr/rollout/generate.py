@@ -143,6 +143,8 @@ def generate(
     entropy_sum, steps = torch.zeros((), device=device), 0
     for t in range(max_new_tokens):
         steps = t + 1
+        if not bool(torch.isfinite(logits_AV).all()):  # on a GPU, sampling from NaN would be a device-side assert
+            raise FloatingPointError(f"the policy's logits are not finite at decoding step {t} (diverged weights?)")
         logp_AV = torch.log_softmax(logits_AV if greedy else logits_AV / temperature, dim=-1)
         if greedy:
             next_A = logits_AV.argmax(dim=-1)

@@ -19,7 +19,7 @@ from rlvr.config import DataConfig, SFTConfig
 from rlvr.data import Example, boxed, format_prompt
 from rlvr.metrics import PhaseBar
 from rlvr.rollout import encode_prompts
-from rlvr.update import completion_logprobs
+from rlvr.update import backward_outside_autocast, completion_logprobs
 
 
 def encode_targets(tokenizer: PreTrainedTokenizerBase, targets: list[str]) -> list[list[int]]:
@@ -67,7 +67,7 @@ def sft_backward(
         ids_BT, mask_BT = pad_right([target_ids[i] for i in rows], tokenizer.pad_token_id, device)
         logp_BT = completion_logprobs(model, prompt_ids, prompt_mask, ids_BT, mask_BT)
         loss = aggregate(-logp_BT, mask_BT, "token_mean", normalizer=n_tokens)
-        loss.backward()
+        backward_outside_autocast(loss)
         total += loss.item()
     return total
 
