@@ -84,13 +84,19 @@ def restore_rng_state(state: dict[str, Any], sampling: torch.Generator | None) -
         for device, cuda_state in enumerate(state["cuda"][: torch.cuda.device_count()]):  # fewer GPUs now: restore those there are
             torch.cuda.set_rng_state(cuda_state, device)
     if sampling is not None:
-        saved = state.get("sampling_device", "cpu")
-        if saved != sampling.device.type:
+        saved = state.get("sampling_device")  # absent in checkpoints written before it was recorded
+        if saved is not None and saved != sampling.device.type:
             raise CheckpointError(
                 f"the checkpoint's sampling RNG ran on {saved}, this run samples on {sampling.device.type}: "
                 f"resume with run.device={saved} (a run continues exactly only on the kind of device it started on)"
             )
-        sampling.set_state(state["sampling"])
+        try:
+            sampling.set_state(state["sampling"])
+        except RuntimeError as err:
+            raise CheckpointError(
+                f"the checkpoint's sampling RNG state does not fit this run's {sampling.device.type} generator ({err}); "
+                "resume on the kind of device the run started on"
+            ) from None
     if "numpy" in state:
         import numpy
 

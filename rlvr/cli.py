@@ -44,13 +44,14 @@ def _run(cfg: Config, command: str, quiet: bool, resume: bool = False) -> None:
     from rlvr.metrics import Reporter
     from rlvr.pipeline import run
     from rlvr.reward import RewardError
+    from rlvr.rollout import DecodingError
 
     try:
         run(cfg, Reporter(console, enabled=not quiet), command, resume=resume)
     except (ConfigError, DataError) as err:
         console.print(f"[red]error:[/] {err}")
         raise typer.Exit(2) from None
-    except (RewardError, TrainingError, CheckpointError) as err:
+    except (RewardError, TrainingError, CheckpointError, DecodingError) as err:
         console.print(f"[red]stopped:[/] {err}")
         raise typer.Exit(1) from None
 

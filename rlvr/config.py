@@ -345,7 +345,10 @@ class Config:
     checkpoint: CheckpointConfig = section(CheckpointConfig, "Checkpoints and resuming.")
     eval: EvalConfig = section(EvalConfig, "Held-out evaluation.")
 
-    def validate(self) -> "Config":
+    def validate(self, for_training: bool = True) -> "Config":
+        """Check every field and the settings that contradict each other. `for_training=False`
+        (reading a finished run's config, e.g. to export it) skips the checks that only guard a
+        run about to train."""
         for f in dataclasses.fields(self):
             getattr(self, f.name).validate()
         # Settings that are valid alone but contradict each other: say which and why.
@@ -375,7 +378,7 @@ class Config:
                 f"{max(self.rollout.max_new_tokens, self.eval.max_new_tokens)} new tokens needs {longest}; "
                 "raise it or lower rollout/eval max_new_tokens",
             )
-        trains_full_weights = self.sft.steps > 0 or (self.train.steps > 0 and self.model.lora_rank == 0)
+        trains_full_weights = for_training and (self.sft.steps > 0 or (self.train.steps > 0 and self.model.lora_rank == 0))
         _require(
             self.run.dtype == "float32" or not trains_full_weights,
             "run.dtype",
@@ -522,8 +525,8 @@ def _preset_table(preset: str) -> dict[str, Any]:
     return table
 
 
-def load_config(path: str | os.PathLike | None = None, overrides: list[str] | None = None) -> Config:
-    """Defaults <- preset <- TOML file <- dotted overrides, then validate.
+def load_config(path: str | os.PathLike | None = None, overrides: list[str] | None = None, for_training: bool = True) -> Config:
+    """Defaults <- preset <- TOML file <- dotted overrides, then validate (`Config.validate`).
 
     A preset (`algo.preset`, in the file or on the command line; the last one given wins) is
     applied under everything else, so any setting, before or after it, refines it.
@@ -555,7 +558,7 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | No
             _apply(cfg, table, "")
         except ConfigError as err:
             raise ConfigError(f"{where}{err}") from None
-    return cfg.validate()
+    return cfg.validate(for_training)
 
 
 # ----------------------------------------------------------------------------- saving

@@ -147,7 +147,7 @@ def _run(cfg: Config, reporter: Reporter, command: str, resume: bool, reward_ter
         check_model_path(cfg.model.path)
     run_dir, resuming = prepare_run_dir(cfg, command, resume)
     if resuming:  # the optimizer, data order and reference come from the checkpoint: settings must agree
-        changed = changes_breaking_resume(load_config(run_dir / "config.toml"), cfg)
+        changed = changes_breaking_resume(load_config(run_dir / "config.toml", for_training=False), cfg)
         if changed:
             raise ConfigError(
                 f"run.output_dir: resuming {run_dir} with changed settings would not continue the same run: {'; '.join(changed)}. "
@@ -260,7 +260,7 @@ def export_checkpoint(run_dir: Path, out_dir: Path, step: int | None = None) -> 
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     if not (run_dir / "config.toml").is_file():
         raise ConfigError(f"{run_dir}: not a run directory (no config.toml)")
-    cfg = load_config(run_dir / "config.toml")
+    cfg = load_config(run_dir / "config.toml", for_training=False)  # exporting trains nothing
     checkpoints = run_dir / "checkpoints"
     if step is None:
         source = latest_step_checkpoint(checkpoints)

@@ -428,3 +428,10 @@ def test_unknown_keys_suggest_the_nearest_name(tmp_path):
         load_config(path)
     with pytest.raises(ConfigError, match=r"reward.verifier: unknown key; it is now reward.functions"):
         load_config(overrides=["reward.verifier=boxed_math"])
+
+
+def test_a_finished_runs_config_loads_for_export_even_where_training_is_refused():
+    """Runs made before the bf16-weights check still export (exporting trains nothing)."""
+    with pytest.raises(ConfigError, match="run.dtype"):
+        load_config(overrides=["run.dtype=bfloat16"])
+    assert load_config(overrides=["run.dtype=bfloat16"], for_training=False).run.dtype == "bfloat16"

@@ -151,3 +151,39 @@ def test_sliding_window_models_use_the_transformers_engine():
     assert isinstance(make_engine(windowed, "auto", 13, 6), TransformersEngine)
     layered = Qwen3ForCausalLM(Qwen3Config(**SHAPE, use_sliding_window=True, sliding_window=8, max_window_layers=1)).eval()
     assert "sliding-window" in static_engine_unsupported(layered, 10)
+
+
+def test_expanded_kv_heads_attend_exactly_as_grouped_query_attention():
+    """The CUDA path (kv heads expanded) and the CPU path (SDPA's enable_gqa) agree."""
+    from rlvr.rollout.engines import attend
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = torch.randn(3, 6, 2, 8, generator=g), torch.randn(3, 2, 5, 8, generator=g), torch.randn(3, 2, 5, 8, generator=g)
+    mask = torch.rand(3, 1, 2, 5, generator=g) > 0.3
+    mask[..., 0] = True
+    torch.testing.assert_close(attend(q, k, v, mask, 0.35, expand_kv=True), attend(q, k, v, mask, 0.35, expand_kv=False))
+    # query head h reads kv head h // 3, as transformers' repeat_kv lays them out
+    reference = torch.nn.functional.scaled_dot_product_attention(q[:, 3:], k[:, 1:].expand(3, 3, 5, 8), v[:, 1:].expand(3, 3, 5, 8),
+                                                                 attn_mask=mask, scale=0.35)
+    torch.testing.assert_close(attend(q, k, v, mask, 0.35, expand_kv=False)[:, 3:], reference)
+
+
+@pytest.mark.parametrize("engine", ["static", "transformers"])
+def test_a_single_new_token_and_an_unknown_engine(engine):
+    model = build("qwen3")
+    ids, mask = prompts()
+    out = generate(model, ids, mask, max_new_tokens=1, eos_id=VOCAB - 1, pad_id=PAD, group_size=2, engine=engine,
+                   generator=torch.Generator().manual_seed(0))
+    assert out.completion_ids_BT.shape == (6, 1) and out.completion_mask_BT.sum() == 6
+    with pytest.raises(ValueError, match="auto, static or transformers"):
+        make_engine(model, "fast", 20, 8)
+
+
+def test_static_engine_keeps_kv_in_bf16_under_autocast():
+    """fp32 weights under bf16 autocast: keys leave the rotation in fp32 (fp32 cos/sin); the cache
+    stores them in the values' bf16, and the logits still match the model's own forward."""
+    model = build("qwen3")
+    engine = StaticCacheEngine(model, max_new_tokens=8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        check_engine(model, engine, atol=5e-2)
+    assert engine.keys[0].dtype == engine.values[0].dtype == torch.bfloat16

@@ -287,3 +287,18 @@ def test_a_checkpoint_sampled_on_another_kind_of_device_is_refused_clearly():
     state["sampling_device"] = "cuda"
     with pytest.raises(CheckpointError, match="resume with run.device=cuda"):
         restore_rng_state(state, generator)
+
+
+def test_a_checkpoint_without_the_sampler_device_still_restores():
+    """Checkpoints written before the device was recorded resume as before."""
+    from rlvr.checkpoint import restore_rng_state, rng_state
+
+    generator = torch.Generator().manual_seed(3)
+    state = rng_state(generator)
+    del state["sampling_device"]
+    expected = torch.rand(4, generator=generator)
+    restore_rng_state(state, generator)
+    assert torch.equal(torch.rand(4, generator=generator), expected)
+    state["sampling"] = torch.zeros(16, dtype=torch.uint8)  # a CUDA-sized state into a CPU generator
+    with pytest.raises(CheckpointError, match="does not fit this run's cpu generator"):
+        restore_rng_state(state, generator)

@@ -5,10 +5,11 @@
 """
 
 from rlvr.rollout.engines import STATIC_MODEL_TYPES, StaticCacheEngine, TransformersEngine, make_engine, static_engine_unsupported
-from rlvr.rollout.generate import Rollouts, concat_rollouts, decode_completions, encode_prompts, generate, sample_next
+from rlvr.rollout.generate import DecodingError, Rollouts, concat_rollouts, decode_completions, encode_prompts, generate, sample_next
 
 __all__ = [
     "STATIC_MODEL_TYPES",
+    "DecodingError",
     "Rollouts",
     "StaticCacheEngine",
     "TransformersEngine",

@@ -127,10 +127,23 @@ def generate(
     its own recomputation. `engine` picks the forward pass (rollout/engines.py): 'auto',
     'static' or 'transformers'.
     """
-    G = group_size
-    device = prompt_ids_NP.device
     was_training = model.training
     model.eval()
+    try:
+        return _sample(model, prompt_ids_NP, prompt_mask_NP, max_new_tokens, eos_id, pad_id, temperature, top_p, greedy, generator,
+                       group_size, compact, engine)
+    finally:
+        model.train(was_training)
+
+
+class DecodingError(RuntimeError):
+    """Sampling cannot go on (the policy's logits are not finite)."""
+
+
+def _sample(model, prompt_ids_NP, prompt_mask_NP, max_new_tokens, eos_id, pad_id, temperature, top_p, greedy, generator,
+            group_size, compact, engine) -> Rollouts:
+    G = group_size
+    device = prompt_ids_NP.device
     decoder = make_engine(model, engine, prompt_ids_NP.shape[1] + max_new_tokens, max_new_tokens)
     logits_AV = decoder.prefill(prompt_ids_NP, prompt_mask_NP, G)  # A: the rows still decoding
     prompt_ids_BP, prompt_mask_BP = prompt_ids_NP.repeat_interleave(G, 0), prompt_mask_NP.repeat_interleave(G, 0)
@@ -144,7 +157,7 @@ def generate(
     for t in range(max_new_tokens):
         steps = t + 1
         if not bool(torch.isfinite(logits_AV).all()):  # on a GPU, sampling from NaN would be a device-side assert
-            raise FloatingPointError(f"the policy's logits are not finite at decoding step {t} (diverged weights?)")
+            raise DecodingError(f"the policy's logits are not finite at decoding step {t}: its weights have diverged")
         logp_AV = torch.log_softmax(logits_AV if greedy else logits_AV / temperature, dim=-1)
         if greedy:
             next_A = logits_AV.argmax(dim=-1)
@@ -156,15 +169,14 @@ def generate(
         sample_logp_BT[rows_A, t] = logp_AV.gather(1, next_A.unsqueeze(1)).squeeze(1).masked_fill(done_A, 0.0)
         done_A = done_A | (next_A == eos_id)
         finished = int(done_A.sum())
-        if finished == len(done_A):
-            break
+        if finished == len(done_A) or t == max_new_tokens - 1:
+            break  # (after the last token, its successor's logits would go unused)
         if compact and finished * 4 >= len(done_A):
             keep = torch.nonzero(~done_A).squeeze(1)
             if decoder.keep_rows(keep):
                 rows_A, pos_A, next_A, done_A = rows_A[keep], pos_A[keep], next_A[keep], done_A[keep]
         pos_A = pos_A + 1
         logits_AV = decoder.step(next_A, pos_A)
-    model.train(was_training)
 
     completion_ids_BT = tokens_BT[:, :steps]
     # A token is real if no EOS came strictly before it: EOS itself is kept, so the model
