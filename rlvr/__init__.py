@@ -1,7 +1,7 @@
 """rlvr: reinforcement learning of language models on verifiable rewards.
 
 The data flow of one RL step, one module each:
-    rollout.py -> verifiers/ -> algorithms/advantage.py -> algorithms/loss.py -> update.py
+    rollout/ -> verifiers/ -> algorithms/advantage.py -> algorithms/loss.py -> update.py
 and loop.py calls them in that order; stages/ holds SFT and evaluation, pipeline.py the recipe.
 """
 

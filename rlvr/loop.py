@@ -2,7 +2,7 @@
 
     for step in range(train.steps):
         prompts   = next prompts_per_step problems, each repeated G times
-        rollouts  = generate(policy, prompts)                          (1) rollout.py
+        rollouts  = generate(policy, prompts)                          (1) rollout/
         rewards   = weighted reward terms per completion               (2) reward.py, verifiers/
         (dynamic sampling: drop all-equal groups, sample again until the batch is full)
         (KL in reward: rewards -= beta * KL(completion))
