@@ -14,7 +14,9 @@ from transformers import PreTrainedModel
 
 from rlvr.algorithms import loss_normalizer, masked_mean, policy_loss, sequence_kl
 from rlvr.config import AlgoConfig
+from rlvr.models import AdapterOffReference
 from rlvr.rollout import Rollouts
+from rlvr.rollout.engines import fp32_output_head, logits_in_fp32
 
 
 def completion_logprobs(
@@ -33,11 +35,21 @@ def completion_logprobs(
     tokens were actually drawn from. Only the last T+1 positions are projected to the vocabulary
     (`logits_to_keep`): prompt positions never need logits.
     """
+    if isinstance(model, AdapterOffReference):  # the LoRA reference: the policy's own path, adapters off
+        with model.policy.disable_adapter():
+            return completion_logprobs(model.policy, prompt_ids_BP, prompt_mask_BP, completion_ids_BT, completion_mask_BT,
+                                       temperature, with_entropy)
     T = completion_ids_BT.shape[1]
     input_ids = torch.cat([prompt_ids_BP, completion_ids_BT], dim=1)
     attention = torch.cat([prompt_mask_BP, completion_mask_BT], dim=1)
     positions = (attention.cumsum(dim=1) - 1).clamp(min=0)
-    logits = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, logits_to_keep=T + 1).logits
+    head = fp32_output_head(model)  # under autocast: the decoder in bf16, the logits in fp32
+    if head is None:
+        logits = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, logits_to_keep=T + 1).logits
+    else:
+        decoder = (model.get_base_model() if hasattr(model, "get_base_model") else model).model
+        hidden = decoder(input_ids=input_ids, attention_mask=attention, position_ids=positions).last_hidden_state
+        logits = logits_in_fp32(head, hidden[:, -(T + 1):])
     logits_BTV = logits[:, :-1].float() / temperature  # position t predicts completion token t
     logp_BTV = torch.log_softmax(logits_BTV, dim=-1)
     logp_BT = torch.gather(logp_BTV, 2, completion_ids_BT.unsqueeze(2)).squeeze(2)

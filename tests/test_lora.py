@@ -69,3 +69,16 @@ def test_generation_through_the_adapter_wrapper_uses_the_kv_cache_correctly():
     ids, mask = encode_prompts(tokenizer, PROMPTS, torch.device("cpu"))
     kw = dict(max_new_tokens=10, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id, greedy=True)
     assert torch.equal(generate(policy, ids, mask, **kw).completion_ids_BT, generate(base, ids, mask, **kw).completion_ids_BT)
+
+
+def test_under_autocast_the_adapter_off_reference_scores_exactly_like_the_policy_at_start():
+    """At LoRA's start (B = 0) policy and reference are the same function, so under bf16 autocast
+    both must take the same (fp32-head) path: a KL of exactly 0, not precision noise."""
+    tokenizer, base, r = setup()
+    with torch.no_grad():
+        base.lm_head.weight.mul_(30.0)  # large logits, where a bf16 head and an fp32 head differ
+    policy = add_lora(base, ModelConfig(lora_rank=4, lora_alpha=8))
+    reference = reference_for(policy)
+    assert isinstance(reference, AdapterOffReference)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch.equal(logprobs(policy, r), logprobs(reference, r))

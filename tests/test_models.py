@@ -245,8 +245,9 @@ def test_autocast_runs_forwards_in_bf16_and_keeps_fp32_weights_and_gradients(sav
     from rlvr.update import rl_update
 
     model, tokenizer = load_model(str(saved[1])), load_tokenizer(str(saved[1]))
-    seen = []
-    model.lm_head.register_forward_hook(lambda m, a, out: seen.append(out.dtype))
+    seen, head_outputs = [], []
+    model.model.layers[0].mlp.register_forward_hook(lambda m, a, out: seen.append(out.dtype))
+    model.lm_head.register_forward_hook(lambda m, a, out: head_outputs.append(out.dtype))
     ids, mask = encode_prompts(tokenizer, ["1+2=", "3*4="], torch.device("cpu"))
     before = copy.deepcopy(model.state_dict())
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -257,6 +258,7 @@ def test_autocast_runs_forwards_in_bf16_and_keeps_fp32_weights_and_gradients(sav
         metrics = rl_update(model, optimizer, scheduler, rollouts, torch.linspace(-1, 1, 8), AlgoConfig(), reference=None,
                             temperature=1.0, max_new_tokens=6, micro_batch_size=8, max_grad_norm=1.0)
     assert set(seen) == {torch.bfloat16}  # sampling and the update's forward both ran in bf16
+    assert head_outputs == []  # ... but not the output projection: logits come from an fp32 head (fp32_output_head)
     assert all(p.dtype == torch.float32 and p.grad.dtype == torch.float32 for p in model.parameters() if p.grad is not None)
     assert metrics["loss/skipped_nonfinite"] == 0
     assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())

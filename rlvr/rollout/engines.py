@@ -90,6 +90,26 @@ class TransformersEngine:
         return self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **cache, **kwargs)
 
 
+def fp32_output_head(model: PreTrainedModel) -> torch.nn.Linear | None:
+    """The output projection, when it should be computed in fp32 by hand: autocast is on (it would
+    run the head in bf16), the head's weights are fp32 (no copy needed), and the model is one of
+    the Llama family, whose causal-LM forward is exactly `lm_head(hidden)`. Log-probs then carry
+    fp32 logits, as verl computes them: bf16 logits are rounded to 2^-8 of their size (0.125 at a
+    logit of 30), noise that lands straight in every importance ratio and KL estimate."""
+    base = _base(model)
+    if not isinstance(base, PreTrainedModel):  # e.g. the LoRA reference wrapper: its own forward decides
+        return None
+    head = base.get_output_embeddings()
+    if base.config.model_type not in STATIC_MODEL_TYPES or type(head) is not torch.nn.Linear or head.weight.dtype != torch.float32:
+        return None
+    return head if torch.is_autocast_enabled(head.weight.device.type) else None
+
+
+def logits_in_fp32(head: torch.nn.Linear, hidden: torch.Tensor) -> torch.Tensor:
+    with torch.autocast(device_type=hidden.device.type, enabled=False):
+        return F.linear(hidden.float(), head.weight, head.bias)
+
+
 def static_engine_unsupported(model: PreTrainedModel, total_length: int) -> str | None:
     """Why `StaticCacheEngine` cannot run this model for sequences of `total_length` tokens, or
     None when it can. Only layouts it was tested against are accepted."""
@@ -192,7 +212,9 @@ class StaticCacheEngine:
             x = x + attn.o_proj(o.transpose(1, 2).reshape(A, S, -1))
             x = x + layer.mlp(layer.post_attention_layernorm(x))
         self.filled = n + S
-        return self.base.lm_head(self.inner.norm(x[:, -1])).float()
+        hidden = self.inner.norm(x[:, -1])
+        head = fp32_output_head(self.base)
+        return logits_in_fp32(head, hidden) if head is not None else self.base.lm_head(hidden).float()
 
 
 def attend(q_AHSD: torch.Tensor, k_AGKD: torch.Tensor, v_AGKD: torch.Tensor, mask_A1SK: torch.Tensor, scale: float,
