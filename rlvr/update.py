@@ -16,7 +16,7 @@ from rlvr.algorithms import loss_normalizer, masked_mean, policy_loss, sequence_
 from rlvr.config import AlgoConfig
 from rlvr.models import AdapterOffReference
 from rlvr.rollout import Rollouts
-from rlvr.rollout.engines import fp32_output_head, logits_in_fp32
+from rlvr.rollout.engines import base_model, fp32_output_head, logits_in_fp32
 
 
 def completion_logprobs(
@@ -47,8 +47,7 @@ def completion_logprobs(
     if head is None:
         logits = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, logits_to_keep=T + 1).logits
     else:
-        decoder = (model.get_base_model() if hasattr(model, "get_base_model") else model).model
-        hidden = decoder(input_ids=input_ids, attention_mask=attention, position_ids=positions).last_hidden_state
+        hidden = base_model(model).model(input_ids=input_ids, attention_mask=attention, position_ids=positions).last_hidden_state
         logits = logits_in_fp32(head, hidden[:, -(T + 1):])
     logits_BTV = logits[:, :-1].float() / temperature  # position t predicts completion token t
     logp_BTV = torch.log_softmax(logits_BTV, dim=-1)
@@ -192,12 +191,11 @@ def rl_update(
         active = active[advantages_B[active] != 0]
     # Micro-batches of similar lengths waste less compute on padding (the result is unchanged:
     # every micro-batch shares the whole batch's normaliser).
-    active = active[torch.argsort(rollouts.lengths_B[active], stable=True)]
-    seq_lengths_B = rollouts.prompt_mask_BP.sum(dim=1) + rollouts.lengths_B  # what a row costs after trimming
-    parts = token_budget_batches(active, seq_lengths_B, micro_batch_size, micro_batch_tokens)
+    prompt_len_B, completion_len_B = rollouts.prompt_mask_BP.sum(dim=1), rollouts.lengths_B
+    active = active[torch.argsort(completion_len_B[active], stable=True)]
+    parts = token_budget_batches(active, prompt_len_B + completion_len_B, micro_batch_size, micro_batch_tokens)
     if bucket_overhead_tokens > 0:
-        prompt_len_B = rollouts.prompt_mask_BP.sum(dim=1)
-        parts = [b for part in parts for b in length_buckets(part, prompt_len_B, rollouts.lengths_B, bucket_overhead_tokens)]
+        parts = [b for part in parts for b in length_buckets(part, prompt_len_B, completion_len_B, bucket_overhead_tokens)]
     chunks = [rollouts.select(rows) for rows in parts]
     adv_chunks = [advantages_B[rows] for rows in parts]
 

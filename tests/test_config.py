@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import rlvr.config
-from rlvr.config import Config, ConfigError, field_help, load_config, save_config
+from rlvr.config import Config, ConfigError, field_help, flatten, load_config, save_config
 
 
 def write(tmp_path, text: str, name: str = "run.toml"):
@@ -19,17 +19,6 @@ def write(tmp_path, text: str, name: str = "run.toml"):
     path.write_text(text, encoding="utf-8")
     return path
 
-
-def leaves(obj, prefix: str = ""):
-    """{dotted name: value} for every scalar field, walked independently of field_help."""
-    out = {}
-    for f in dataclasses.fields(obj):
-        value = getattr(obj, f.name)
-        if dataclasses.is_dataclass(value):
-            out.update(leaves(value, f"{prefix}{f.name}."))
-        else:
-            out[f"{prefix}{f.name}"] = value
-    return out
 
 
 # ----------------------------------------------------------------------------- defaults
@@ -328,8 +317,8 @@ def test_save_then_load_round_trips_every_field(tmp_path):
     save_config(cfg, path)
     again = load_config(path)
     assert again == cfg
-    assert leaves(again) == leaves(cfg)
-    assert [type(v) for v in leaves(again).values()] == [type(v) for v in leaves(cfg).values()]
+    assert flatten(again) == flatten(cfg)
+    assert [type(v) for v in flatten(again).values()] == [type(v) for v in flatten(cfg).values()]
 
 
 def test_saved_file_is_plain_toml_with_every_section(tmp_path):
@@ -379,7 +368,7 @@ def test_round_trip_of_characters_outside_the_bmp(tmp_path):
 def test_field_help_lists_every_leaf_with_help_and_true_default():
     rows = field_help()
     names = [name for name, _, _ in rows]
-    expected = leaves(Config())
+    expected = flatten(Config())
     assert len(names) == len(set(names))
     assert set(names) == set(expected)
     for name, default, help_text in rows:

@@ -236,6 +236,23 @@ def test_square_split() -> None:
 # -------------------------------------------------- whole rewards, budget included
 
 
+def rewards_with_and_without_fast_path(cases, monkeypatch: pytest.MonkeyPatch) -> tuple[list[float], list[float]]:
+    """boxed_math's reward for each (completion, gold), caches cleared before each item: first
+    with the fast path, then with it switched off (sympy decides everything)."""
+
+    def rewards() -> list[float]:
+        out = []
+        for completion, gold in cases:
+            clear_caches()
+            out.append(boxed_math(completion, gold))
+        clear_caches()
+        return out
+
+    fast = rewards()
+    monkeypatch.setattr(equal, "_exact_verdict", lambda cand, gold: None)
+    return fast, rewards()
+
+
 def test_many_boxes_same_rewards_and_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     """Completions with several boxes pay the per-call budget many times: the fast path
     must charge exactly what sympy would, or a later comparison could change verdict."""
@@ -255,16 +272,7 @@ def test_many_boxes_same_rewards_and_budget(monkeypatch: pytest.MonkeyPatch) -> 
     assert _sympy_verdict("(x+1)^8", gold8) == (True, 18)
     for n in (14, 15):
         cases.append((" ".join(box("(x+1)^8" + "+0" * i) for i in range(n)), gold8))
-    fast = []
-    for completion, gold in cases:
-        clear_caches()
-        fast.append(boxed_math(completion, gold))
-    monkeypatch.setattr(equal, "_exact_verdict", lambda cand, gold: None)
-    slow = []
-    for completion, gold in cases:
-        clear_caches()
-        slow.append(boxed_math(completion, gold))
-    clear_caches()
+    fast, slow = rewards_with_and_without_fast_path(cases, monkeypatch)
     assert fast == slow
     assert 0.0 in fast and 1.0 in fast
     assert fast[-2:] == [1.0, 0.0]  # the budget ran out at the 15th comparison
@@ -277,14 +285,5 @@ def test_existing_cases_same_rewards_without_fast_path(monkeypatch: pytest.Monke
     from test_verifier_math import CORRECT, PATHOLOGICAL, SYMPY_TRAPS, WRONG, boxed_unless_boxed
 
     cases = [(c, a) for c, a in CORRECT + WRONG] + [(boxed_unless_boxed(c), a) for c, a, _ in PATHOLOGICAL + SYMPY_TRAPS]
-    fast = []
-    for completion, gold in cases:
-        clear_caches()
-        fast.append(boxed_math(completion, gold))
-    monkeypatch.setattr(equal, "_exact_verdict", lambda cand, gold: None)
-    slow = []
-    for completion, gold in cases:
-        clear_caches()
-        slow.append(boxed_math(completion, gold))
-    clear_caches()
+    fast, slow = rewards_with_and_without_fast_path(cases, monkeypatch)
     assert fast == slow

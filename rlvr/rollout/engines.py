@@ -32,7 +32,7 @@ from transformers import PreTrainedModel
 STATIC_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 
 
-def _base(model: PreTrainedModel) -> PreTrainedModel:
+def base_model(model: PreTrainedModel) -> PreTrainedModel:
     """The transformers model under a peft wrapper (whose modules carry the adapters)."""
     return model.get_base_model() if hasattr(model, "get_base_model") else model
 
@@ -46,11 +46,9 @@ def _cache_argument(model_type: type) -> str:
 class TransformersEngine:
     """Any causal LM through its own forward and KV cache."""
 
-    name = "transformers"
-
     def __init__(self, model: PreTrainedModel):
         self.model = model
-        self.cache_arg = _cache_argument(type(_base(model)))
+        self.cache_arg = _cache_argument(type(base_model(model)))
         self.cache: object = None
         self.attn_AL: torch.Tensor | None = None
 
@@ -96,7 +94,7 @@ def fp32_output_head(model: PreTrainedModel) -> torch.nn.Linear | None:
     the Llama family, whose causal-LM forward is exactly `lm_head(hidden)`. Log-probs then carry
     fp32 logits, as verl computes them: bf16 logits are rounded to 2^-8 of their size (0.125 at a
     logit of 30), noise that lands straight in every importance ratio and KL estimate."""
-    base = _base(model)
+    base = base_model(model)
     if not isinstance(base, PreTrainedModel):  # e.g. the LoRA reference wrapper: its own forward decides
         return None
     head = base.get_output_embeddings()
@@ -113,7 +111,7 @@ def logits_in_fp32(head: torch.nn.Linear, hidden: torch.Tensor) -> torch.Tensor:
 def static_engine_unsupported(model: PreTrainedModel, total_length: int) -> str | None:
     """Why `StaticCacheEngine` cannot run this model for sequences of `total_length` tokens, or
     None when it can. Only layouts it was tested against are accepted."""
-    base = _base(model)
+    base = base_model(model)
     cfg = base.config
     if cfg.model_type not in STATIC_MODEL_TYPES:
         return f"model type {cfg.model_type!r} is not one of {', '.join(STATIC_MODEL_TYPES)}"
@@ -141,10 +139,8 @@ def static_engine_unsupported(model: PreTrainedModel, total_length: int) -> str 
 class StaticCacheEngine:
     """Llama-family models layer by layer, with keys and values in preallocated buffers."""
 
-    name = "static"
-
     def __init__(self, model: PreTrainedModel, max_new_tokens: int):
-        self.base = _base(model)
+        self.base = base_model(model)
         self.inner = self.base.model
         self.max_new_tokens = max_new_tokens
         attn = self.inner.layers[0].self_attn
@@ -154,6 +150,7 @@ class StaticCacheEngine:
         self.values: list[torch.Tensor] = []
         self.valid_AK: torch.Tensor | None = None  # which key columns each row may attend to
         self.filled = 0  # columns written so far
+        self.fp32_head = fp32_output_head(model)  # decided once per generate call (autocast does not change inside it)
 
     def prefill(self, prompt_ids_NP: torch.Tensor, prompt_mask_NP: torch.Tensor, group_size: int) -> torch.Tensor:
         N, P = prompt_ids_NP.shape
@@ -213,8 +210,7 @@ class StaticCacheEngine:
             x = x + layer.mlp(layer.post_attention_layernorm(x))
         self.filled = n + S
         hidden = self.inner.norm(x[:, -1])
-        head = fp32_output_head(self.base)
-        return logits_in_fp32(head, hidden) if head is not None else self.base.lm_head(hidden).float()
+        return logits_in_fp32(self.fp32_head, hidden) if self.fp32_head is not None else self.base.lm_head(hidden).float()
 
 
 def attend(q_AHSD: torch.Tensor, k_AGKD: torch.Tensor, v_AGKD: torch.Tensor, mask_A1SK: torch.Tensor, scale: float,

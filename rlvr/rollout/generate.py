@@ -100,6 +100,10 @@ def sample_next(logits_BV: torch.Tensor, temperature: float, top_p: float, gener
     return torch.multinomial(probs_BV, 1, generator=generator).squeeze(1)
 
 
+class DecodingError(RuntimeError):
+    """Sampling cannot go on (the policy's logits are not finite)."""
+
+
 @torch.no_grad()
 def generate(
     model: PreTrainedModel,
@@ -130,62 +134,52 @@ def generate(
     was_training = model.training
     model.eval()
     try:
-        return _sample(model, prompt_ids_NP, prompt_mask_NP, max_new_tokens, eos_id, pad_id, temperature, top_p, greedy, generator,
-                       group_size, compact, engine)
+        G = group_size
+        device = prompt_ids_NP.device
+        decoder = make_engine(model, engine, prompt_ids_NP.shape[1] + max_new_tokens, max_new_tokens)
+        logits_AV = decoder.prefill(prompt_ids_NP, prompt_mask_NP, G)  # A: the rows still decoding
+        prompt_ids_BP, prompt_mask_BP = prompt_ids_NP.repeat_interleave(G, 0), prompt_mask_NP.repeat_interleave(G, 0)
+        B = prompt_ids_BP.shape[0]
+        rows_A = torch.arange(B, device=device)  # which batch row each active row is
+        pos_A = prompt_mask_BP.sum(dim=1) - 1  # position of each row's last prompt token
+        done_A = torch.zeros(B, dtype=torch.bool, device=device)
+        tokens_BT = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=device)
+        sample_logp_BT = torch.zeros((B, max_new_tokens), device=device)
+        entropy_sum, steps = torch.zeros((), device=device), 0
+        for t in range(max_new_tokens):
+            steps = t + 1
+            if not bool(torch.isfinite(logits_AV).all()):  # on a GPU, sampling from NaN would be a device-side assert
+                raise DecodingError(f"the policy's logits are not finite at decoding step {t}: its weights have diverged")
+            logp_AV = torch.log_softmax(logits_AV if greedy else logits_AV / temperature, dim=-1)
+            if greedy:
+                next_A = logits_AV.argmax(dim=-1)
+            else:
+                next_A = sample_next(logits_AV, temperature, top_p, generator)
+                entropy_sum += (logp_AV.exp() * logp_AV).sum(dim=-1).masked_fill(done_A, 0.0).sum().neg()
+            next_A = next_A.masked_fill(done_A, pad_id)
+            tokens_BT[rows_A, t] = next_A
+            sample_logp_BT[rows_A, t] = logp_AV.gather(1, next_A.unsqueeze(1)).squeeze(1).masked_fill(done_A, 0.0)
+            done_A = done_A | (next_A == eos_id)
+            finished = int(done_A.sum())
+            if finished == len(done_A) or t == max_new_tokens - 1:
+                break  # (after the last token, its successor's logits would go unused)
+            if compact and finished * 4 >= len(done_A):
+                keep = torch.nonzero(~done_A).squeeze(1)
+                if decoder.keep_rows(keep):
+                    rows_A, pos_A, next_A, done_A = rows_A[keep], pos_A[keep], next_A[keep], done_A[keep]
+            pos_A = pos_A + 1
+            logits_AV = decoder.step(next_A, pos_A)
+
+        completion_ids_BT = tokens_BT[:, :steps]
+        # A token is real if no EOS came strictly before it: EOS itself is kept, so the model
+        # learns (and is credited for) stopping.
+        eos_BT = (completion_ids_BT == eos_id).long()
+        completion_mask_BT = ((eos_BT.cumsum(dim=1) - eos_BT) == 0).long()
+        truncated_B = ~(eos_BT.bool().any(dim=1))
+        return Rollouts(prompt_ids_BP, prompt_mask_BP, completion_ids_BT, completion_mask_BT, truncated_B, float(entropy_sum),
+                        sample_logp_BT[:, :steps] * completion_mask_BT)
     finally:
         model.train(was_training)
-
-
-class DecodingError(RuntimeError):
-    """Sampling cannot go on (the policy's logits are not finite)."""
-
-
-def _sample(model, prompt_ids_NP, prompt_mask_NP, max_new_tokens, eos_id, pad_id, temperature, top_p, greedy, generator,
-            group_size, compact, engine) -> Rollouts:
-    G = group_size
-    device = prompt_ids_NP.device
-    decoder = make_engine(model, engine, prompt_ids_NP.shape[1] + max_new_tokens, max_new_tokens)
-    logits_AV = decoder.prefill(prompt_ids_NP, prompt_mask_NP, G)  # A: the rows still decoding
-    prompt_ids_BP, prompt_mask_BP = prompt_ids_NP.repeat_interleave(G, 0), prompt_mask_NP.repeat_interleave(G, 0)
-    B = prompt_ids_BP.shape[0]
-    rows_A = torch.arange(B, device=device)  # which batch row each active row is
-    pos_A = prompt_mask_BP.sum(dim=1) - 1  # position of each row's last prompt token
-    done_A = torch.zeros(B, dtype=torch.bool, device=device)
-    tokens_BT = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=device)
-    sample_logp_BT = torch.zeros((B, max_new_tokens), device=device)
-    entropy_sum, steps = torch.zeros((), device=device), 0
-    for t in range(max_new_tokens):
-        steps = t + 1
-        if not bool(torch.isfinite(logits_AV).all()):  # on a GPU, sampling from NaN would be a device-side assert
-            raise DecodingError(f"the policy's logits are not finite at decoding step {t}: its weights have diverged")
-        logp_AV = torch.log_softmax(logits_AV if greedy else logits_AV / temperature, dim=-1)
-        if greedy:
-            next_A = logits_AV.argmax(dim=-1)
-        else:
-            next_A = sample_next(logits_AV, temperature, top_p, generator)
-            entropy_sum += (logp_AV.exp() * logp_AV).sum(dim=-1).masked_fill(done_A, 0.0).sum().neg()
-        next_A = next_A.masked_fill(done_A, pad_id)
-        tokens_BT[rows_A, t] = next_A
-        sample_logp_BT[rows_A, t] = logp_AV.gather(1, next_A.unsqueeze(1)).squeeze(1).masked_fill(done_A, 0.0)
-        done_A = done_A | (next_A == eos_id)
-        finished = int(done_A.sum())
-        if finished == len(done_A) or t == max_new_tokens - 1:
-            break  # (after the last token, its successor's logits would go unused)
-        if compact and finished * 4 >= len(done_A):
-            keep = torch.nonzero(~done_A).squeeze(1)
-            if decoder.keep_rows(keep):
-                rows_A, pos_A, next_A, done_A = rows_A[keep], pos_A[keep], next_A[keep], done_A[keep]
-        pos_A = pos_A + 1
-        logits_AV = decoder.step(next_A, pos_A)
-
-    completion_ids_BT = tokens_BT[:, :steps]
-    # A token is real if no EOS came strictly before it: EOS itself is kept, so the model
-    # learns (and is credited for) stopping.
-    eos_BT = (completion_ids_BT == eos_id).long()
-    completion_mask_BT = ((eos_BT.cumsum(dim=1) - eos_BT) == 0).long()
-    truncated_B = ~(eos_BT.bool().any(dim=1))
-    return Rollouts(prompt_ids_BP, prompt_mask_BP, completion_ids_BT, completion_mask_BT, truncated_B, float(entropy_sum),
-                    sample_logp_BT[:, :steps] * completion_mask_BT)
 
 
 def decode_completions(tokenizer: PreTrainedTokenizerBase, rollouts: Rollouts) -> list[str]:
