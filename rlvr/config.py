@@ -245,8 +245,9 @@ class TrainConfig:
     )
     bucket_overhead_tokens: int = knob(
         128, "Length bucketing: a length-sorted micro-batch is split into separate forwards wherever that saves more "
-        "padded positions than this many per extra forward (what one forward's fixed cost is worth in tokens: ~128 on "
-        "a CPU; on a GPU, where launches cost more relative to tokens, try 1024); 0 = off. Gradients are the same either way."
+        "padded positions than this many per extra forward (what one forward's fixed cost is worth in tokens: 64-256 all "
+        "measured about equal on a 2-core CPU; a GPU's forward is worth more tokens, so likely a larger value, unmeasured); "
+        "0 = off. Gradients are the same either way."
     )
     log_samples_every: int = knob(25, "Write sample completions with verdicts every N steps.")
     save_model: bool = knob(True, "Save the final policy (save_pretrained) under output_dir/model.")
