@@ -1,9 +1,10 @@
 """Runs inside the sandbox: executes an untrusted program on the tests, reports raw results.
 
 Standard library only, and never imported by rlvr: the host starts it as a script with
-a JSON job on stdin and reads one JSON line per test on stdout. It judges nothing:
-the host compares the reported values with the expected ones, which never enter the
-sandbox when a test compares against a literal.
+a JSON job on stdin and reads one JSON line per probe on stdout. It judges nothing:
+a probe is one call into the program (``f(2)``), and the host evaluates each assert
+around the values reported here (see rlvr/verifiers/judge.py); expected values and the
+functions a test judges with never enter the sandbox.
 
 Trust split inside the sandbox. This runner forks a child for the untrusted code; the
 child drops to an unprivileged uid (when the sandbox gives it the capability to),
@@ -14,7 +15,7 @@ overruns its per-test time.
 
 Job: {"mode": "asserts" | "io", "program": str, "setup": str, "probes": [expr, ...],
 "inputs": [stdin, ...], "uid": int | null, "limits": {...}}.
-Lines out: {"id": i, "value": TAGGED} | {"id": i, "error": NAME} (asserts) and
+Lines out: {"id": i, "value": [flat tokens]} | {"id": i, "error": NAME} (asserts) and
 {"id": i, "stdout": str, "truncated": bool, "exit": int, "error"?: NAME} (io), where
 "exit" is the exit code, minus the signal number when killed, -1 when timed out.
 """
@@ -71,32 +72,45 @@ def _redirect(stdin_fd, stdout_fd, keep):
     sys.stderr = open(2, "w", encoding="utf-8", errors="replace", closefd=False)
 
 
-def _tag(value, budget, depth=0):
-    """Plain data as tagged JSON. Exact types only: an ``int`` subclass with a custom
-    ``__eq__`` (or any other object) is not data and is refused."""
-    budget[0] -= 1
-    if budget[0] < 0 or depth > _MAX_DEPTH:
-        raise ValueError("value too large")
-    t = type(value)
-    if value is None:
-        return ["none"]
-    if t is bool:
-        return ["bool", value]
-    if t is int:
-        return ["int", format(value, "x")]  # hex: no int->str digit limit
-    if t is float:
-        return ["float", value.hex()]
-    if t is complex:
-        return ["complex", value.real.hex(), value.imag.hex()]
-    if t is str:
-        return ["str", value]
-    if t is bytes:
-        return ["bytes", value.hex()]
-    if t in (list, tuple, set, frozenset):
-        return [t.__name__, [_tag(v, budget, depth + 1) for v in value]]
-    if t is dict:
-        return ["dict", [[_tag(k, budget, depth + 1), _tag(v, budget, depth + 1)] for k, v in value.items()]]
-    raise TypeError("not plain data: " + t.__name__)
+_SCALARS = {type(None): "N", int: "i", float: "f", complex: "c", str: "s", bytes: "b"}
+_CONTAINER_TAGS = {list: "l", tuple: "t", set: "S", frozenset: "z", dict: "d"}
+
+
+def _tag(value):
+    """Plain data as a flat list of tokens, prefix order: a container is its tag and length,
+    then its items (a dict: key, value, key, ...). Flat, so the host decodes it without
+    recursion. Exact types only: an ``int`` subclass with a custom ``__eq__`` (or any other
+    object) is not data and is refused."""
+    out, todo, nodes = [], [(value, 0)], 0
+    while todo:
+        item, depth = todo.pop()
+        nodes += 1
+        if nodes > _MAX_NODES or depth > _MAX_DEPTH:
+            raise ValueError("value too large")
+        t = type(item)
+        if t is bool:
+            out.append("T" if item else "F")
+        elif t in _SCALARS:
+            out.append(_SCALARS[t])
+            if t is int:
+                out.append(format(item, "x"))  # hex: no int->str digit limit
+            elif t is float:
+                out.append(item.hex())
+            elif t is complex:
+                out += [item.real.hex(), item.imag.hex()]
+            elif t is str:
+                out.append(item)
+            elif t is bytes:
+                out.append(item.hex())
+        elif t in _CONTAINER_TAGS:
+            if nodes + len(item) * (2 if t is dict else 1) > _MAX_NODES:
+                raise ValueError("value too large")
+            out += [_CONTAINER_TAGS[t], len(item)]
+            members = [x for kv in item.items() for x in kv] if t is dict else list(item)
+            todo.extend((m, depth + 1) for m in reversed(members))
+        else:
+            raise TypeError("not plain data: " + t.__name__)
+    return out
 
 
 def _asserts_child(job, start, out_fd):
@@ -118,7 +132,7 @@ def _asserts_child(job, start, out_fd):
     for i in range(start, len(job["probes"])):
         try:
             value = eval(compile(job["probes"][i], "test.py", "eval"), namespace)
-            send({"id": i, "value": _tag(value, [_MAX_NODES])})
+            send({"id": i, "value": _tag(value)})
         except BaseException as err:
             send({"id": i, "error": type(err).__name__})
 
@@ -235,7 +249,7 @@ def _run_asserts(job):
             for line in lines:
                 try:
                     msg = json.loads(line)
-                except ValueError:
+                except (ValueError, RecursionError):  # the child is untrusted
                     msg = None
                 if not isinstance(msg, dict):
                     continue

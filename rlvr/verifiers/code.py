@@ -9,16 +9,16 @@
   ``__main__`` per test; it passes when it exits 0 and its stdout has the same lines
   as the expected output (trailing whitespace of lines and of the output aside).
 
-Judged outside the sandbox (:mod:`rlvr.verifiers.sandbox` runs the code): for
-``assert LHS == 4`` (any comparison, any chain) only ``LHS`` enters the sandbox; its
-value comes back as tagged plain data (exact built-in types, so an object whose
-``==`` is always true is not data) and the comparison with the literal ``4`` happens
-here. The program never sees an expected value, so searching the stack or ``gc`` for
-it, patching the test machinery or forging the report cannot make a pass; a test
-passes only on a result for its id, so exiting early fails every test left. An
-``assert`` that compares no literal (``assert is_prime(7)``) is evaluated inside the
-sandbox and passes when its value is truthy: that verdict is only as trustworthy as
-the process the program also runs in.
+Judged outside the sandbox (:mod:`rlvr.verifiers.sandbox` runs the code,
+:mod:`rlvr.verifiers.judge` judges): only the calls into the program (``f(2)`` in
+``assert abs(f(2) - 4.0) < 1e-9``) run in the sandbox; their values come back as plain
+data (exact built-in types, so an object whose ``==`` is always true is not data) and
+the rest of the assert, expected value, ``abs``, ``-`` and ``<`` included, is evaluated
+here with the real built-ins. The program never sees an expected value and cannot
+shadow a function the test judges with, so searching the stack or ``gc``, patching the
+test machinery or forging the report cannot make a pass; a test passes only on results
+for its own probes, so exiting early fails every test left. An assert the judge cannot
+evaluate safely is refused when the tests are loaded (ValueError naming the test).
 
 >>> tests = {"asserts": ["assert add(2, 3) == 5", "assert add(-1, 1) == 0"]}
 >>> python_code("```python\\ndef add(a, b):\\n    return a + b\\n```", tests)
@@ -27,27 +27,19 @@ the process the program also runs in.
 
 from __future__ import annotations
 
-import ast
 import functools
 import json
-import operator
 import re
-from dataclasses import dataclass
-from typing import Any, Callable
+import time
+from dataclasses import dataclass, field
+from typing import Any
 
+from rlvr.verifiers.judge import CompiledAssert, JudgeError, ProbeFailed, compile_assert, decode_value, evaluate, host_names
 from rlvr.verifiers.sandbox import Limits, run_job
 
 __all__ = ["CodeReport", "TestResult", "extract_program", "parse_tests", "python_code", "run_python_tests"]
 
 _FENCE = re.compile(r"```[ \t]*(?:python3?|py)[ \t]*\r?\n(.*?)```", re.DOTALL | re.IGNORECASE | re.ASCII)
-_COMPARE: dict[type, Callable[[Any, Any], bool]] = {
-    ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
-    ast.Gt: operator.gt, ast.GtE: operator.ge, ast.Is: operator.is_, ast.IsNot: operator.is_not,
-    ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
-}
-_MAX_DECODE_NODES = 1_000_000
-
-
 @dataclass(frozen=True)
 class TestResult:
     """The verdict on one test: ``detail`` says why it failed (``"ok"`` when it passed)."""
@@ -68,20 +60,11 @@ class CodeReport:
 
 
 @dataclass(frozen=True)
-class _Check:
-    """One assert: operands are ("lit", value) or ("probe", index); ``ops`` between
-    them, or a single operand that must be truthy (``negate``: falsy)."""
-
-    operands: tuple[tuple[str, Any], ...]
-    ops: tuple[type, ...]
-    negate: bool = False
-
-
-@dataclass(frozen=True)
 class _Spec:
     mode: str
-    checks: tuple[_Check, ...] = ()
+    checks: tuple[CompiledAssert, ...] = ()
     probes: tuple[str, ...] = ()
+    names: dict[str, Any] = field(default_factory=dict, compare=False)  # what asserts resolve on the host
     setup: str = ""
     inputs: tuple[str, ...] = ()
     outputs: tuple[str, ...] = ()
@@ -132,34 +115,9 @@ def _parse_cached(text: str) -> _Spec:
     if not isinstance(spec["asserts"], list) or not spec["asserts"]:
         raise ValueError('"asserts" must be a non-empty list of assert statements')
     probes: list[str] = []
-    checks = tuple(_compile_assert(k, source, probes) for k, source in enumerate(spec["asserts"]))
-    return _Spec("asserts", checks=checks, probes=tuple(probes), setup=spec.get("setup", ""))
-
-
-def _compile_assert(k: int, source: Any, probes: list[str]) -> _Check:
-    """Split one assert into what the sandbox evaluates and what the judge compares."""
-    if not isinstance(source, str):
-        raise ValueError(f"assert {k}: expected a string, got {type(source).__name__}")
-    try:
-        body = ast.parse(source.strip()).body
-    except SyntaxError as err:
-        raise ValueError(f"assert {k}: not valid Python: {err.msg}") from None
-    if len(body) != 1 or not isinstance(body[0], ast.Assert):
-        raise ValueError(f"assert {k}: must be exactly one assert statement (put helpers in setup): {source!r:.200}")
-    test = body[0].test
-
-    def operand(node: ast.expr) -> tuple[str, Any]:
-        try:
-            return ("lit", ast.literal_eval(node))  # stays here: the sandbox never sees it
-        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-            probes.append(ast.unparse(node))
-            return ("probe", len(probes) - 1)
-
-    if isinstance(test, ast.Compare):
-        operands = (operand(test.left), *map(operand, test.comparators))
-        return _Check(operands, tuple(type(op) for op in test.ops))
-    negate = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
-    return _Check((operand(test.operand if negate else test),), (), negate)
+    names = host_names(spec.get("setup", ""))
+    checks = tuple(compile_assert(k, source, names, probes) for k, source in enumerate(spec["asserts"]))
+    return _Spec("asserts", checks=checks, probes=tuple(probes), setup=spec.get("setup", ""), names=names)
 
 
 def run_python_tests(
@@ -180,6 +138,7 @@ def run_python_tests(
         job = {"mode": "io", "program": program, "inputs": list(spec.inputs)}
     else:
         job = {"mode": "asserts", "program": program, "setup": spec.setup, "probes": list(spec.probes)}
+    deadline = time.monotonic() + limits.total_s  # judging here counts against the job's limit
     run = run_job(job, limits, sandbox)
     by_id: dict[int, dict] = {}
     for line in run.lines:
@@ -188,7 +147,8 @@ def run_python_tests(
     if spec.mode == "io":
         results = tuple(_judge_io(i, by_id.get(i), spec.outputs[i]) for i in range(len(spec)))
     else:
-        results = tuple(_judge_assert(i, check, by_id) for i, check in enumerate(spec.checks))
+        judge = _AssertJudge(spec, by_id, deadline)
+        results = tuple(judge.verdict(i, check) for i, check in enumerate(spec.checks))
     score = sum(r.passed for r in results) / len(results)
     return CodeReport(score, results, run.status, run.wall_s)
 
@@ -241,56 +201,36 @@ def _lines(text: str) -> list[str]:
     return [line.rstrip() for line in text.rstrip().split("\n")]
 
 
-def _judge_assert(i: int, check: _Check, by_id: dict[int, dict]) -> TestResult:
-    values = []
-    for kind, x in check.operands:
-        if kind == "lit":
-            values.append(x)
-            continue
-        line = by_id.get(x)
-        if line is None:
-            return TestResult(i, False, "no result")
-        if "value" not in line:
-            return TestResult(i, False, str(line.get("error", "no value")))
+class _AssertJudge:
+    """Verdicts on assert tests from the probes' reported values (decoded once each)."""
+
+    def __init__(self, spec: _Spec, by_id: dict[int, dict], deadline: float) -> None:
+        self.spec, self.by_id, self.deadline = spec, by_id, deadline
+        self.values: dict[int, Any] = {}
+
+    def probe(self, index: int) -> Any:
+        if index not in self.values:
+            line = self.by_id.get(index)
+            try:
+                if line is None:
+                    raise ProbeFailed("no result")
+                if "value" not in line:
+                    raise ProbeFailed(str(line.get("error", "no value"))[:100])
+                self.values[index] = decode_value(line["value"])
+            except JudgeError as err:
+                self.values[index] = err
+        value = self.values[index]
+        if isinstance(value, JudgeError):
+            raise value
+        return value
+
+    def verdict(self, i: int, check: CompiledAssert) -> TestResult:
+        if time.monotonic() > self.deadline:
+            return TestResult(i, False, "Timeout")
         try:
-            values.append(_untag(line["value"], [_MAX_DECODE_NODES]))
-        except (ValueError, TypeError, KeyError, IndexError, OverflowError, RecursionError):
-            return TestResult(i, False, "malformed value")
-    try:
-        if not check.ops:
-            passed = not values[0] if check.negate else bool(values[0])
-        else:
-            passed = all(_COMPARE[op](a, b) for op, a, b in zip(check.ops, values, values[1:]))
-    except Exception as err:  # e.g. "<" between str and int: the test fails, as in Python
-        return TestResult(i, False, type(err).__name__)
-    return TestResult(i, passed, "ok" if passed else "assertion failed")
-
-
-def _untag(tagged: Any, budget: list[int]) -> Any:
-    """Rebuild plain data from the runner's tagged JSON, strictly (anything else raises)."""
-    budget[0] -= 1
-    if budget[0] < 0 or not isinstance(tagged, list) or not tagged or not isinstance(tagged[0], str):
-        raise ValueError("malformed")
-    tag, rest = tagged[0], tagged[1:]
-    if tag == "none" and not rest:
-        return None
-    if tag == "bool" and len(rest) == 1 and type(rest[0]) is bool:
-        return rest[0]
-    if len(rest) == 1 and isinstance(rest[0], str):
-        if tag == "int" and len(rest[0]) <= 100_000:
-            return int(rest[0], 16)
-        if tag == "float":
-            return float.fromhex(rest[0])
-        if tag == "str":
-            return rest[0]
-        if tag == "bytes":
-            return bytes.fromhex(rest[0])
-    if tag == "complex" and len(rest) == 2:
-        return complex(float.fromhex(rest[0]), float.fromhex(rest[1]))
-    if tag in ("list", "tuple", "set", "frozenset") and len(rest) == 1 and isinstance(rest[0], list):
-        items = [_untag(v, budget) for v in rest[0]]
-        return {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}[tag](items)
-    if tag == "dict" and len(rest) == 1 and isinstance(rest[0], list):
-        return {_untag(k, budget): _untag(v, budget) for k, v in rest[0]}
-    raise ValueError(f"malformed {tag}")
-
+            passed = evaluate(check, self.spec.names, self.probe, self.deadline)
+        except JudgeError as err:
+            return TestResult(i, False, str(err))
+        except Exception as err:  # e.g. "<" between str and int: the test fails, as in Python
+            return TestResult(i, False, type(err).__name__)
+        return TestResult(i, passed, "ok" if passed else "assertion failed")

@@ -28,6 +28,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import selectors
 import shutil
 import signal
@@ -39,7 +40,7 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Limits", "SandboxRun", "SandboxUnavailable", "UnsandboxedCodeWarning", "resolve_sandbox", "run_job"]
+__all__ = ["Limits", "SandboxRun", "SandboxUnavailable", "UnsandboxedCodeWarning", "parse_result_line", "resolve_sandbox", "run_job"]
 
 RUNNER = Path(__file__).with_name("_runner.py")
 SANDBOX_ENV = "RLVR_CODE_SANDBOX"
@@ -153,8 +154,8 @@ def run_job(job: dict, limits: Limits, sandbox: str | None = None) -> SandboxRun
         except OSError as err:
             raise SandboxUnavailable(f"could not start the sandbox: {err}") from err
         status = "crashed"  # until _communicate says otherwise
+        n_tests = max(len(job.get("probes", [])), len(job.get("inputs", [])))
         try:
-            n_tests = max(len(job.get("probes", [])), len(job.get("inputs", [])))
             cap = (n_tests + 1) * 8 * (limits.output_kb << 10)  # JSON escaping may grow text
             out, err, status = _communicate(proc, payload, start + limits.total_s, cap)
         finally:
@@ -163,17 +164,34 @@ def run_job(job: dict, limits: Limits, sandbox: str | None = None) -> SandboxRun
                 _sweep_uid(job["uid"])
     run = SandboxRun(status=status, stderr=err.decode("utf-8", "replace")[-4000:], wall_s=time.monotonic() - start)
     for line in out.split(b"\n"):
-        try:
-            msg = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(msg, dict):
+        msg = parse_result_line(line)
+        if msg is not None:
             run.lines.append(msg)
+            if len(run.lines) > 2 * n_tests + 8:  # honest runners send one line per test
+                break
     if status == "ok" and proc.returncode != 0:
         run.status = "crashed"
     if mode == "bwrap" and proc.returncode != 0 and not run.lines and b"bwrap:" in err:
         raise SandboxUnavailable(f"bwrap failed: {run.stderr.strip()}")
     return run
+
+
+def parse_result_line(line: bytes, max_items: int = 250_000) -> dict | None:
+    """One line the runner printed, as a dict, or None. The line is untrusted (the program
+    shares the sandbox with the runner), so it is decoded only when it cannot recurse or
+    flood: at most two levels of nesting and ``max_items`` commas, strings aside. The
+    runner's own lines ({"id": i, "value": [flat tokens]}) always are."""
+    skeleton = _JSON_STRING.sub(b'""', line)
+    if skeleton.count(b"[") + skeleton.count(b"{") > 2 or skeleton.count(b",") > max_items:
+        return None
+    try:
+        msg = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    return msg if isinstance(msg, dict) else None
+
+
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
 
 
 # ------------------------------------------------------------------------- internals
