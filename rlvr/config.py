@@ -308,7 +308,10 @@ class RewardConfig:
         0, "Score registered verifiers in this many worker processes, each item under a hard timeout (a hung verifier is killed, "
         "its sample counted missing); 0 scores in the training process (fine for the bounded built-in math verifier)."
     )
-    timeout_s: float = knob(10.0, "Per-item verification timeout in seconds when reward.workers > 0.")
+    timeout_s: float = knob(
+        10.0, "Per-item verification timeout in seconds when reward.workers > 0. A verifier with its own limit waits at least "
+        "that long (python_code: 1.25 x its sandbox's 20 s + 1 s), and for python_code a timeout scores 0, not missing."
+    )
     max_missing_frac: float = knob(
         0.5, "Stop the run when more than this share of a step's rewards are missing (None, NaN, error, timeout): a broken reward, not noise."
     )

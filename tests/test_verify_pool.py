@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import threading
@@ -92,9 +93,43 @@ def test_killing_a_worker_mid_sandbox_leaves_no_process() -> None:
 
     program = "```python\nimport time\ndef f():\n    time.sleep(3600)\n```"
     tests = '{"asserts": ["assert f() == 1"] }'
-    result = score_all("python_code", [program], [tests], workers=1, timeout_s=0.5)
+    result = score_all(python_code_without_a_declared_limit, [program], [tests], workers=1, timeout_s=0.5)
     assert result.scores == [None] and result.timeouts == 1
     deadline = time.monotonic() + 1.0  # the runner itself would stop the job only after 2 s
     while sandbox_processes() and time.monotonic() < deadline:
         time.sleep(0.05)  # bwrap's --die-with-parent fires as the worker dies
     assert sandbox_processes() == []
+
+
+def python_code_without_a_declared_limit(completion: str, tests: str) -> float:
+    """python_code that the pool may cut short (no time_limit_s): to kill a worker mid-sandbox."""
+    from rlvr.verifiers import python_code
+
+    return python_code(completion, tests)
+
+
+def slow_but_bounded(completion: str, answer: str) -> float:
+    time.sleep(30 if completion == "hang" else 0.6)  # 0.6 s: past the pool's timeout_s, inside its own limit
+    return 1.0
+
+
+slow_but_bounded.time_limit_s = 0.8  # type: ignore[attr-defined]
+slow_but_bounded.timeout_score = 0.0  # type: ignore[attr-defined]
+
+
+def test_the_pool_waits_out_a_verifiers_own_limit_and_scores_its_timeouts() -> None:
+    with VerifierPool("python_code", workers=1, timeout_s=10.0) as pool:
+        assert pool.timeout_s >= 20.0  # the sandbox's own job limit
+    result = score_all(slow_but_bounded, ["ok", "hang"], ["x", "x"], workers=2, timeout_s=0.1)
+    assert result.scores == [1.0, 0.0]  # not cut short at 0.1 s; a real hang scores 0, not missing
+    assert (result.timeouts, result.errors) == (1, 0)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap")
+def test_a_slow_wrong_program_scores_zero_through_the_pool() -> None:
+    # Six tests of ~1.9 s each: past the old 10 s pool timeout, inside the job's own 20 s.
+    program = "```python\nimport time\ndef f(x):\n    time.sleep(1.9)\n    return 0\n```"
+    tests = json.dumps({"asserts": [f"assert f({i}) == 1" for i in range(6)]})
+    result = score_all("python_code", [program], [tests], workers=1, timeout_s=10.0)
+    assert result.scores == [0.0] and result.timeouts == 0

@@ -178,6 +178,13 @@ def python_code_all_or_nothing(completion: str, tests: dict | str) -> float:
     return python_code(completion, tests, all_or_nothing=True)
 
 
+# For rlvr.verifiers.pool: the sandbox enforces the job's own time limit, so a pool waits
+# for it; an item that still times out there scores 0 (the program's fault), not missing.
+for _fn in (python_code, python_code_all_or_nothing):
+    _fn.time_limit_s = Limits().total_s  # type: ignore[attr-defined]
+    _fn.timeout_score = 0.0  # type: ignore[attr-defined]
+
+
 # --------------------------------------------------------------------------- the judge
 
 

@@ -5,7 +5,9 @@ Timeouts here are enforced from outside: a worker that overruns its item is kill
 stall training, and no signal handler is needed in the caller (signals work only on
 the main thread; a timeout that silently fails in a thread or a Ray worker once made
 every score 0 elsewhere). Errors and timeouts come back as ``None`` and are counted,
-never scored as 0.
+never scored as 0, except where a verifier declares ``timeout_score`` (python_code: a
+program that outlives its sandbox's limits is wrong, so 0). A verifier that enforces
+its own limit declares ``time_limit_s`` and the pool waits at least 1.25x that plus 1 s.
 
 API (for the training loop)::
 
@@ -126,8 +128,14 @@ class VerifierPool:
     def __init__(self, verifier: VerifierSpec, *, workers: int = 2, timeout_s: float = 10.0) -> None:
         if workers < 1 or timeout_s <= 0:
             raise ValueError("workers must be >= 1 and timeout_s > 0")
-        resolve_verifier(verifier)  # fail here, clearly, not in a worker
-        self.spec, self.timeout_s = verifier, timeout_s
+        fn = resolve_verifier(verifier)  # fail here, clearly, not in a worker
+        # A verifier that enforces its own time limit (python_code: its sandbox's) declares
+        # it; the pool never cuts it short, or a slow wrong program would come back missing
+        # instead of scoring 0. Past that limit the verifier itself is stuck: a timeout.
+        own_limit = getattr(fn, "time_limit_s", None)
+        self.spec = verifier
+        self.timeout_s = max(timeout_s, own_limit * 1.25 + 1.0) if own_limit else timeout_s
+        self.timeout_score: float | None = getattr(fn, "timeout_score", None)
         self._ctx = multiprocessing.get_context("spawn")
         self._workers = [_Worker(self._ctx, verifier) for _ in range(workers)]
         self._lock = threading.Lock()
@@ -170,6 +178,7 @@ class VerifierPool:
             if timeout:
                 result.timeouts += 1
                 result.item_seconds[worker.item] = self.timeout_s  # type: ignore[index]
+                result.scores[worker.item] = self.timeout_score  # type: ignore[index]
             else:
                 result.errors += 1
             if len(result.messages) < _MAX_MESSAGES:
