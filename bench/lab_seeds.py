@@ -34,7 +34,7 @@ def row(seed: int, s: dict) -> str:
     return (
         f"| {seed} | {before['accuracy']:.1%} | {after['accuracy']:.1%} | {s['gain_points']:+.1f} | {levels} | "
         f"{before['shows_work']:.0%}→{after['shows_work']:.0%} | {before['mean_length']:.1f}→{after['mean_length']:.1f} | "
-        f"{s['seconds']['sft']:.0f} / {s['seconds']['grpo']:.0f} / {s['seconds']['total']:.0f} |"
+        f"{s['seconds']['sft']:.0f} / {s['seconds']['rl']:.0f} / {s['seconds']['total']:.0f} |"
     )
 
 

@@ -69,7 +69,7 @@ def main() -> None:
         levels = " / ".join(f"{before['by_level'][k]:.0%}→{after['by_level'][k]:.0%}" for k in sorted(after["by_level"]))
         print(
             f"| {preset} | {seed} | {before['accuracy']:.1%} | {after['accuracy']:.1%} | {s['gain_points']:+.1f} | {levels} | "
-            f"{before['shows_work']:.0%}→{after['shows_work']:.0%} | {s['seconds']['grpo']:.0f} ({s['seconds']['grpo'] / max(s['rl_steps'], 1):.2f}) |"
+            f"{before['shows_work']:.0%}→{after['shows_work']:.0%} | {s['seconds']['rl']:.0f} ({s['seconds']['rl'] / max(s['rl_steps'], 1):.2f}) |"
         )
     for seed, s in starts.items():
         print(f"\ncold start seed {seed}: SFT {s['seconds']['sft']:.0f} s, held-out {s['eval']['after_sft']['accuracy']:.1%}", end="")

@@ -2,9 +2,9 @@
 
 Layout under run_dir/checkpoints/:
 
-    rl-start/      written once when RL begins: the starting weights (when SFT produced them, so
-                   a resumed run neither redoes SFT nor loses the KL reference's anchor) and the
-                   evaluations so far
+    stage-<name>/  written when a stage of the recipe finishes (stage-sft, stage-eval_after_sft,
+                   ...): the results so far, the RNG state, and the weights when the stage changed
+                   them (SFT's, so a resumed run neither redoes SFT nor loses the KL anchor)
     step-000050/   policy weights (safetensors), optimizer + scheduler + every RNG state + the
                    prompt stream position (trainer.pt), step counters (state.json), config.toml
     COMPLETE       inside each directory, written last: a directory without it is never loaded
@@ -32,7 +32,8 @@ from safetensors.torch import load_model as load_safetensors_into
 from safetensors.torch import save_model as save_safetensors
 
 COMPLETE = "COMPLETE"
-RL_START = "rl-start"
+RL_START = "rl-start"  # written by runs before stage checkpoints: SFT and the first evaluation done
+STAGE_PREFIX = "stage-"
 
 
 class CheckpointError(RuntimeError):
@@ -218,3 +219,21 @@ def load_trainer(path: Path) -> dict[str, Any]:
     # weights_only: a checkpoint is data, never code to run. map_location: a run saved on a GPU
     # still loads without one (the optimizer moves its state to the parameters' device).
     return torch.load(path / "trainer.pt", weights_only=True, map_location="cpu")
+
+
+# ----------------------------------------------------------------------------- RL steps
+
+
+def save_step(
+    root: Path, step: int, *, weights: torch.nn.Module, trainer: dict[str, Any], loop: dict[str, Any], config_text: str, keep_last: int = 0
+) -> Path:
+    """The RL loop's checkpoint after `step`: the policy's weights, the learner's and the prompt
+    stream's state (`trainer`: optimizer, scheduler, RNGs, stream) and the loop's counters."""
+    return save_checkpoint(root, step_name(step), policy=weights, trainer=trainer, state={"step": step, **loop},
+                           config_text=config_text, keep_last=keep_last)
+
+
+def load_step(path: Path, weights: torch.nn.Module) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Load a step checkpoint's weights into `weights`; returns (trainer state, loop state)."""
+    load_weights(path, weights)
+    return load_trainer(path), read_state(path)

@@ -77,7 +77,7 @@ def lab(
     resume: Optional[str] = RESUME,
     quiet: bool = typer.Option(False, help="No progress bars."),
 ) -> None:
-    """Build a tiny model, cold-start it with SFT, run GRPO on arithmetic, report held-out accuracy."""
+    """Build a tiny model, cold-start it with SFT, run RL (GRPO by default) on arithmetic, report held-out accuracy."""
     if resume:
         if config:
             console.print(f"[red]error:[/] with --resume the config is {resume}/config.toml; --config cannot be combined with it")
@@ -95,7 +95,7 @@ def train(
     resume: Optional[str] = RESUME,
     quiet: bool = typer.Option(False, help="No progress bars."),
 ) -> None:
-    """Run the recipe (optional SFT, then GRPO) on the model and data a TOML file names."""
+    """Run the recipe (optional SFT, then RL under algo.preset) on the model and data a TOML file names."""
     if resume:
         if dry_run:
             console.print("[red]error:[/] --dry-run checks a new run's config and data; it cannot be combined with --resume")

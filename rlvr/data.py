@@ -13,7 +13,7 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 from collections import Counter
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from transformers import PreTrainedTokenizerBase
 
@@ -51,6 +51,15 @@ class _BadRow(Exception):
     def __init__(self, kind: str, message: str):
         super().__init__(message)
         self.kind = kind
+
+
+def solution_targets(examples: list[Example], batch_size: int, seed: int) -> Iterator[tuple[Example, str]]:
+    """SFT targets for a user's data: each sampled example's own solution, endlessly, drawn in
+    batches of `batch_size` from the seed (the examples must have solutions)."""
+    rng = random.Random(f"sft:{seed}")
+    while True:
+        for i in [rng.randrange(len(examples)) for _ in range(batch_size)]:
+            yield examples[i], examples[i].solution or ""
 
 
 def _field(record: dict[str, Any], name: str, required: bool) -> str | None:

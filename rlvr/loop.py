@@ -1,14 +1,16 @@
 """The RL loop: per step, rollout -> verify -> (filter) -> advantages -> update, then log.
 
     for step in range(train.steps):
-        prompts   = next prompts_per_step problems, each repeated G times
-        rollouts  = generate(policy, prompts)                          (1) rollout/
+        examples  = next prompts_per_step problems
+        rollouts  = learner.generate(examples)                         (1) learner.py, rollout/
         rewards   = weighted reward terms per completion               (2) reward.py, verifiers/
         (dynamic sampling: drop all-equal groups, sample again until the batch is full)
-        (KL in reward: rewards -= beta * KL(completion))
+        (KL in reward: rewards -= beta * learner.reference_kl(rollouts))
         adv       = compute_advantages(rewards, G, ...)                (3) algorithms/advantage.py
-        metrics   = rl_update(policy, rollouts, adv, ...)              (4, 5) algorithms/loss.py, update.py
-        write one metrics line; sometimes sample completions
+        metrics   = learner.update(rollouts, adv, include)             (4, 5) algorithms/loss.py, update.py
+        write one metrics line; sometimes sample completions; checkpoint
+
+The loop touches the policy only through a `Learner` (rlvr/learner.py).
 """
 
 from __future__ import annotations
@@ -20,27 +22,15 @@ from pathlib import Path
 from typing import Callable
 
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from rlvr.algorithms import compute_advantages, group_stats, informative_groups
-from rlvr.checkpoint import (
-    CheckpointError,
-    fault_point,
-    load_trainer,
-    load_weights,
-    read_state,
-    restore_rng_state,
-    rng_state,
-    save_checkpoint,
-    step_name,
-)
+from rlvr.checkpoint import CheckpointError, fault_point, load_step, save_step, step_name
 from rlvr.config import AlgoConfig, Config, to_toml
-from rlvr.data import Example, format_prompt
+from rlvr.data import Example
+from rlvr.learner import Learner
 from rlvr.metrics import JsonlWriter, PhaseBar, rewind_jsonl
-from rlvr.models import reference_for
 from rlvr.reward import RewardError, RewardTerm, Scores, score_completions
-from rlvr.rollout import Rollouts, concat_rollouts, decode_completions, encode_prompts, generate
-from rlvr.update import rl_update, sequence_kl_to_reference
+from rlvr.rollout import Rollouts, concat_rollouts
 
 
 class TrainingError(RuntimeError):
@@ -143,9 +133,8 @@ def collect_batch(
     return StepSamples(batch, Scores.merge(all_scores), generated, rounds, dropped, gen_s, verify_s)
 
 
-def grpo_train(
-    policy: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
+def rl_train(
+    learner: Learner,
     examples: list[Example],
     cfg: Config,
     reward_terms: list[RewardTerm],
@@ -153,139 +142,53 @@ def grpo_train(
     bar: PhaseBar,
     resume_from: Path | None = None,
 ) -> list[dict]:
-    """Train `policy` in place for cfg.train.steps; returns the per-step metric records.
-
-    `policy` must hold the RL starting weights (the KL reference is anchored to them); with
-    `resume_from` (a complete step checkpoint) the policy, optimizer, scheduler, prompt stream and
-    every RNG continue from it, so the remaining steps are those of an uninterrupted run."""
-    device = next(policy.parameters()).device
+    """Train the learner's policy for cfg.train.steps under any preset; returns the per-step
+    metric records. With `resume_from` (a complete step checkpoint) weights, optimizer,
+    scheduler, prompt stream and every RNG continue from it, so the remaining steps are those of
+    an uninterrupted run."""
     G, rc, tc, ac = cfg.rollout.group_size, cfg.rollout, cfg.train, cfg.algo
-    reference = reference_for(policy) if ac.beta > 0 else None  # none at beta = 0: no memory, no forward
-    trainable = [p for p in policy.parameters() if p.requires_grad]  # with LoRA: the adapters only
-    optimizer = torch.optim.AdamW(trainable, lr=tc.lr, betas=(0.9, 0.99), weight_decay=tc.weight_decay)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / max(1, tc.warmup_steps)))
-    stream = PromptStream(examples, cfg.run.seed)
-    generator = torch.Generator(device=device).manual_seed(cfg.run.seed)
-    if cfg.model.gradient_checkpointing:
-        policy.gradient_checkpointing_enable()
-    policy.train()
-    checkpoints = run_dir / "checkpoints"
-
-    def save(step: int) -> None:
-        trainer = {
-            "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-            "stream": stream.state(), "rng": rng_state(generator),
-        }
-        save_checkpoint(
-            checkpoints, step_name(step), policy=policy, trainer=trainer, state={"step": step, "bad_streak": bad_streak},
-            config_text=to_toml(cfg).lstrip("\n"), keep_last=cfg.checkpoint.keep_last,
-        )
-
+    stream, checkpoints = PromptStream(examples, cfg.run.seed), run_dir / "checkpoints"
     start, bad_streak = 0, 0
     if resume_from is not None:
-        load_weights(resume_from, policy)
-        trainer = load_trainer(resume_from)
-        optimizer.load_state_dict(trainer["optimizer"])
-        scheduler.load_state_dict(trainer["scheduler"])
+        trainer, state = load_step(resume_from, learner.policy)
+        learner.load_state_dict(trainer)
         stream.set_state(trainer["stream"])
-        restore_rng_state(trainer["rng"], generator)
-        state = read_state(resume_from)
         start, bad_streak = state["step"], state["bad_streak"]
-    try:
-        records = rewind_jsonl(run_dir / "metrics.jsonl", start)  # steps after the checkpoint are redone
-        rewind_jsonl(run_dir / "samples.jsonl", start)
-    except ValueError as err:
-        raise CheckpointError(f"cannot resume: {err}") from None
-    if len(records) != start or [r["step"] for r in records] != list(range(1, start + 1)):
-        raise CheckpointError(f"{run_dir / 'metrics.jsonl'} does not hold steps 1..{start} of checkpoint {resume_from}; cannot resume cleanly")
+    records = _records_before(run_dir, start, resume_from)
     for _ in range(start):
         bar.advance()
 
-    def sample_round(batch: list[Example]) -> tuple[Sampled, Scores, float, float]:
-        """One generation round: rollouts for `batch`, decoded and scored. Returns timings too."""
-        t0 = time.perf_counter()
-        fault_point("generate")
-        per_row = [e for e in batch for _ in range(G)]
-        distinct = [format_prompt(tokenizer, e.prompt, cfg.data) for e in batch]
-        prompts = [p for p in distinct for _ in range(G)]
-        prompt_ids, prompt_mask = encode_prompts(tokenizer, distinct, device)  # prefilled once, shared by G samples
-        rollouts = generate(
-            policy, prompt_ids, prompt_mask,
-            max_new_tokens=rc.max_new_tokens, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
-            temperature=rc.temperature, top_p=rc.top_p, generator=generator, group_size=G, engine=rc.engine,
-        )
-        t1 = time.perf_counter()
-        texts = decode_completions(tokenizer, rollouts)
-        scores = score_completions(reward_terms, cfg.reward, prompts, texts, per_row, rollouts.lengths_B.tolist(), rc.max_new_tokens)
-        correct = [float("nan") if v is None else v for v in scores.terms[reward_terms[0].name].values]
-        sampled = Sampled(per_row, rollouts, texts, scores.total_B.to(device), torch.tensor(correct, device=device))
-        return sampled, scores, t1 - t0, time.perf_counter() - t1
+    def save(step: int) -> None:
+        save_step(checkpoints, step, weights=learner.policy, trainer={**learner.state_dict(), "stream": stream.state()},
+                  loop={"bad_streak": bad_streak}, config_text=to_toml(cfg).lstrip("\n"), keep_last=cfg.checkpoint.keep_last)
 
     with JsonlWriter(run_dir / "metrics.jsonl") as metrics_out, JsonlWriter(run_dir / "samples.jsonl") as samples_out:
         for step in range(start + 1, tc.steps + 1):
             t_start = time.perf_counter()
-            step_samples = collect_batch(
-                lambda: sample_round(stream.take(rc.prompts_per_step)), rc.prompts_per_step, G, ac, tokenizer.pad_token_id
-            )
-            batch, scores = step_samples.batch, step_samples.scores
-            missing_frac = float((~torch.isfinite(scores.total_B)).float().mean())
-            if missing_frac > cfg.reward.max_missing_frac:
-                raise RewardError(
-                    f"step {step}: {missing_frac:.0%} of rewards are missing (reward.max_missing_frac = "
-                    f"{cfg.reward.max_missing_frac}): {scores.problems()}"
-                )
+            samples = collect_batch(lambda: sample_round(learner, stream.take(rc.prompts_per_step), reward_terms, cfg),
+                                    rc.prompts_per_step, G, ac, learner.tokenizer.pad_token_id)
+            batch, scores = samples.batch, samples.scores
+            _check_missing(step, scores, cfg)
             t_verified = time.perf_counter()
-
             record: dict = {"step": step, **group_stats(scores.total_B, G), **scores.metrics(), "loss/kl": None}
             if ac.dynamic_sampling:
-                record.update({
-                    "sampling/rounds": step_samples.rounds,
-                    "sampling/groups_dropped": step_samples.dropped_groups,
-                    "sampling/batch_fill": (len(batch.texts) if batch else 0) / (rc.prompts_per_step * G),
-                })
+                record.update(_sampling_metrics(samples, rc.prompts_per_step * G))
             if batch is not None:
                 rewards_B = batch.rewards_B
-                if reference is not None and ac.kl_in == "reward":
-                    kl_B = sequence_kl_to_reference(
-                        policy, reference, batch.rollouts,
-                        estimator=ac.kl_estimator, temperature=rc.temperature, micro_batch_size=tc.micro_batch_size,
-                    )
+                if ac.beta > 0 and ac.kl_in == "reward":
+                    kl_B = learner.reference_kl(batch.rollouts)
                     rewards_B = rewards_B - ac.beta * kl_B
                     record["reward/kl_sequence"] = float(kl_B.mean())
                 advantages_B = compute_advantages(rewards_B, G, ac.estimator, None if ac.std_scale == "auto" else ac.std_scale, ac.adv_eps)
                 include_B = torch.isfinite(rewards_B)  # missing rewards: out of the loss entirely
                 if ac.mask_truncated:
                     include_B &= ~batch.rollouts.truncated_B
-                record.update(rl_update(
-                    policy, optimizer, scheduler, batch.rollouts, advantages_B, ac,
-                    reference=reference, temperature=rc.temperature, max_new_tokens=rc.max_new_tokens,
-                    micro_batch_size=tc.micro_batch_size, max_grad_norm=tc.max_grad_norm, include_B=include_B,
-                    micro_batch_tokens=tc.micro_batch_tokens, bucket_overhead_tokens=tc.bucket_overhead_tokens,
-                ))
-            t_end = time.perf_counter()
-
-            generated = step_samples.generated
-            lengths_B = torch.cat([r.lengths_B for r in generated])
-            n_tokens = int(lengths_B.sum())
-            record.update({
-                "rollout/mean_length": float(lengths_B.float().mean()),
-                "rollout/max_length": int(lengths_B.max()),  # decoding steps: the longest completion sets them
-                "rollout/truncated_frac": float(torch.cat([r.truncated_B for r in generated]).float().mean()),
-                "rollout/entropy": sum(r.entropy_sum for r in generated) / max(n_tokens, 1),
-                "rollout/tokens_per_s": n_tokens / max(step_samples.generate_s, 1e-9),
-                "time/generate": step_samples.generate_s,
-                "time/verify": step_samples.verify_s,
-                "time/update": t_end - t_verified,
-                "time/step": t_end - t_start,
-            })
+                record.update(learner.update(batch.rollouts, advantages_B, include_B))
+            record.update(_rollout_metrics(samples, t_start, t_verified, time.perf_counter()))
             metrics_out.write(record)
             records.append(record)
             if batch is not None and (step % tc.log_samples_every == 0 or step == tc.steps):
-                for i in range(min(2 * G, len(batch.texts))):
-                    samples_out.write({
-                        "step": step, "prompt": batch.examples[i].prompt, "completion": batch.texts[i],
-                        "answer": batch.examples[i].answer, "reward": float(rewards_B[i]), "advantage": float(advantages_B[i]),
-                    })
+                _write_samples(samples_out, step, batch, rewards_B, advantages_B, 2 * G)
             bar.advance(f"reward {record['reward/mean']:.2f}" if record["reward/mean"] is not None else "reward n/a")
             fault_point("step_end")
             bad_streak = bad_streak + 1 if record.get("loss/skipped_nonfinite") else 0
@@ -299,7 +202,72 @@ def grpo_train(
             if (cfg.checkpoint.every and step % cfg.checkpoint.every == 0) or step == tc.steps:
                 save(step)
                 fault_point("step_saved")
-    if cfg.model.gradient_checkpointing:
-        policy.gradient_checkpointing_disable()
     return records
 
+
+def sample_round(learner: Learner, batch: list[Example], terms: list[RewardTerm], cfg: Config) -> tuple[Sampled, Scores, float, float]:
+    """One generation round: completions for `batch`, scored. Returns the generate and verify seconds too."""
+    t0 = time.perf_counter()
+    generation = learner.generate(batch)
+    t1 = time.perf_counter()
+    G, rollouts, device = cfg.rollout.group_size, generation.rollouts, generation.rollouts.completion_ids_BT.device
+    per_row = [e for e in batch for _ in range(G)]
+    scores = score_completions(terms, cfg.reward, generation.prompts, generation.texts, per_row, rollouts.lengths_B.tolist(),
+                               cfg.rollout.max_new_tokens)
+    correct = [float("nan") if v is None else v for v in scores.terms[terms[0].name].values]
+    sampled = Sampled(per_row, rollouts, generation.texts, scores.total_B.to(device), torch.tensor(correct, device=device))
+    return sampled, scores, t1 - t0, time.perf_counter() - t1
+
+
+def _records_before(run_dir: Path, start: int, resume_from: Path | None) -> list[dict]:
+    """The metric records of steps 1..start (a resume redoes the steps after its checkpoint)."""
+    try:
+        records = rewind_jsonl(run_dir / "metrics.jsonl", start)
+        rewind_jsonl(run_dir / "samples.jsonl", start)
+    except ValueError as err:
+        raise CheckpointError(f"cannot resume: {err}") from None
+    if len(records) != start or [r["step"] for r in records] != list(range(1, start + 1)):
+        raise CheckpointError(f"{run_dir / 'metrics.jsonl'} does not hold steps 1..{start} of checkpoint {resume_from}; cannot resume cleanly")
+    return records
+
+
+def _check_missing(step: int, scores: Scores, cfg: Config) -> None:
+    missing_frac = float((~torch.isfinite(scores.total_B)).float().mean())
+    if missing_frac > cfg.reward.max_missing_frac:
+        raise RewardError(
+            f"step {step}: {missing_frac:.0%} of rewards are missing (reward.max_missing_frac = "
+            f"{cfg.reward.max_missing_frac}): {scores.problems()}"
+        )
+
+
+def _sampling_metrics(samples: StepSamples, batch_rows: int) -> dict:
+    return {
+        "sampling/rounds": samples.rounds,
+        "sampling/groups_dropped": samples.dropped_groups,
+        "sampling/batch_fill": (len(samples.batch.texts) if samples.batch else 0) / batch_rows,
+    }
+
+
+def _rollout_metrics(samples: StepSamples, t_start: float, t_verified: float, t_end: float) -> dict:
+    generated = samples.generated
+    lengths_B = torch.cat([r.lengths_B for r in generated])
+    n_tokens = int(lengths_B.sum())
+    return {
+        "rollout/mean_length": float(lengths_B.float().mean()),
+        "rollout/max_length": int(lengths_B.max()),  # decoding steps: the longest completion sets them
+        "rollout/truncated_frac": float(torch.cat([r.truncated_B for r in generated]).float().mean()),
+        "rollout/entropy": sum(r.entropy_sum for r in generated) / max(n_tokens, 1),
+        "rollout/tokens_per_s": n_tokens / max(samples.generate_s, 1e-9),
+        "time/generate": samples.generate_s,
+        "time/verify": samples.verify_s,
+        "time/update": t_end - t_verified,
+        "time/step": t_end - t_start,
+    }
+
+
+def _write_samples(out: JsonlWriter, step: int, batch: Sampled, rewards_B: torch.Tensor, advantages_B: torch.Tensor, n: int) -> None:
+    for i in range(min(n, len(batch.texts))):
+        out.write({
+            "step": step, "prompt": batch.examples[i].prompt, "completion": batch.texts[i],
+            "answer": batch.examples[i].answer, "reward": float(rewards_B[i]), "advantage": float(advantages_B[i]),
+        })

@@ -142,7 +142,7 @@ def plot_reward_curve(records: list[dict[str, Any]], path: str | Path, evals: di
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right", fontsize=8)
-    ax.set_title("Reward during GRPO")
+    ax.set_title("Reward during RL")
     fig.tight_layout()
     tmp = Path(path).with_suffix(".tmp.png")
     fig.savefig(tmp, dpi=110)

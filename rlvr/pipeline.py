@@ -1,4 +1,8 @@
-"""The recipe: model -> data -> cold-start SFT -> evaluate -> GRPO -> evaluate -> save.
+"""The recipe: model -> data -> stages: cold-start SFT -> evaluate -> RL -> evaluate -> save.
+
+The stages are named functions over a `RunContext` (`stages_for` lists them); each one that
+finishes writes a completion checkpoint (`checkpoints/stage-<name>/`), so a resumed run skips
+every stage already done and continues the first one that is not (RL from its step checkpoints).
 
 `rlvr lab` runs it with the built-in defaults (tiny model, arithmetic); `rlvr train CONFIG` runs
 it on the user's model and data. Everything a run produces lands in run.output_dir:
@@ -15,21 +19,25 @@ it on the user's model and data. Everything a run produces lands in run.output_d
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
-from collections import Counter
 import random
 import shutil
 import time
+from collections import Counter
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any, Callable
 
 import torch
 from rich.table import Table
 
 from rlvr.checkpoint import (
     RL_START,
+    STAGE_PREFIX,
     CheckpointError,
     complete_step_checkpoints,
     fault_point,
@@ -44,8 +52,9 @@ from rlvr.checkpoint import (
     step_name,
 )
 from rlvr.config import RESUMABLE_CHANGES, Config, ConfigError, atomic_write_text, changes_breaking_resume, load_config, save_config, to_toml
-from rlvr.data import Example, Problem, boxed, load_jsonl_splits
-from rlvr.loop import TrainingError, grpo_train
+from rlvr.data import Example, Problem, boxed, format_prompt, load_jsonl_splits, solution_targets
+from rlvr.learner import LocalLearner
+from rlvr.loop import TrainingError, rl_train
 from rlvr.metrics import Reporter, plot_reward_curve
 from rlvr.models import (
     add_lora,
@@ -61,7 +70,7 @@ from rlvr.models import (
 )
 from rlvr.stages.evaluate import EvalResult, evaluate, num_batches
 from rlvr.stages.sft import sft_train
-from rlvr.tasks.arithmetic import make_splits
+from rlvr.tasks.arithmetic import make_splits, sft_targets as arithmetic_sft_targets
 from rlvr.verifiers import get_verifier
 from rlvr.reward import build_reward_terms, close_reward_terms
 
@@ -139,6 +148,58 @@ def run(cfg: Config, reporter: Reporter, command: str = "train", resume: bool = 
         close_reward_terms(reward_terms)
 
 
+@dataclass
+class RunContext:
+    """What the stages share: the config, the model, the data, the run directory, the results."""
+
+    cfg: Config
+    reporter: Reporter
+    run_dir: Path
+    model: Any
+    tokenizer: Any
+    train: list[Example]
+    held_out: list[Example]
+    reward_terms: list
+    evals: dict[str, EvalResult] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+    records: list[dict] = field(default_factory=list)
+    resumed_from: Path | None = None
+    resuming: bool = False
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.run_dir / "checkpoints"
+
+    def timed(self, name: str, fn: Callable[[], Any]) -> Any:
+        t = time.perf_counter()
+        with forward_precision(self.cfg, next(self.model.parameters()).device):
+            result = fn()
+        self.seconds[name] = round(time.perf_counter() - t, 1)
+        return result
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A named step of the recipe. `changes_weights`: its completion checkpoint carries the model."""
+
+    name: str
+    run: Callable[[RunContext], None]
+    changes_weights: bool = False
+    checkpointed: bool = True  # RL keeps its own step checkpoints; the final save needs none
+
+
+def stages_for(cfg: Config) -> list[Stage]:
+    """The recipe as data: SFT (if any) -> evaluate -> RL -> evaluate (if RL trains) -> save."""
+    first = "after_sft" if cfg.sft.steps > 0 else "before_rl"
+    plan = [Stage("sft", sft_stage, changes_weights=True)] if cfg.sft.steps > 0 else []
+    plan.append(Stage(f"eval_{first}", functools.partial(eval_stage, first)))
+    plan.append(Stage("rl", rl_stage, checkpointed=False))
+    if cfg.train.steps > 0:
+        plan.append(Stage("eval_after_rl", functools.partial(eval_stage, "after_rl")))
+    plan.append(Stage("save", save_stage, checkpointed=False))
+    return plan
+
+
 def _run(cfg: Config, reporter: Reporter, command: str, resume: bool, reward_terms) -> dict:
     started = time.perf_counter()
     skipped: list[Problem] = []
@@ -165,84 +226,138 @@ def _run(cfg: Config, reporter: Reporter, command: str, resume: bool, reward_ter
         f"run dir [bold]{run_dir}[/]  model {cfg.model.path or 'tiny Qwen3'} ({count_parameters(model) / 1e6:.2f}M params)  "
         f"train {len(train)}  held-out {len(held_out)}  device {next(model.parameters()).device}"
     )
-    seconds: dict[str, float] = {}
-    evals: dict[str, EvalResult] = {}
-    checkpoints = run_dir / "checkpoints"
+    ctx = RunContext(cfg, reporter, run_dir, model, tokenizer, train, held_out, reward_terms, resuming=resuming)
+    plan = stages_for(cfg)
+    done = _completed_stages(ctx, plan) if resuming else 0
+    for index, stage in enumerate(plan):
+        if index < done:
+            continue
+        stage.run(ctx)
+        if stage.checkpointed:
+            _record_completion(ctx, stage)
+    ctx.seconds["total"] = round(time.perf_counter() - started, 1)
+    return _write_summary(ctx, plan, skipped)
 
-    def timed(name, fn):
-        t = time.perf_counter()
-        with forward_precision(cfg, next(model.parameters()).device):
-            result = fn()
-        seconds[name] = round(time.perf_counter() - t, 1)
-        return result
 
-    def run_eval(stage: str) -> None:
-        fault_point(f"eval_{stage}")
-        with reporter.phase(f"eval:{stage}", num_batches(len(held_out), cfg.eval)) as bar:
-            result = timed(f"eval_{stage}", lambda: evaluate(model, tokenizer, held_out, cfg.data, cfg.eval, reward_terms[0], bar, engine=cfg.rollout.engine))
-        atomic_write_text(run_dir / f"eval_{stage}.jsonl", "".join(json.dumps(sample) + "\n" for sample in result.samples))
-        evals[stage] = result
-        reporter.print(f"held-out greedy accuracy {stage}: {result.accuracy:.1%}  by level {_pct(result.by_level)}  "
+# ----------------------------------------------------------------------------- the stages
+
+
+def sft_stage(ctx: RunContext) -> None:
+    """Cold-start SFT on (prompt, target) pairs: the arithmetic task's worked/bare mixture, or the
+    user's own solutions."""
+    cfg = ctx.cfg
+    if cfg.data.source == "arithmetic":
+        targets = arithmetic_sft_targets(ctx.train, cfg.sft.batch_size, cfg.sft.worked_fraction, cfg.run.seed)
+    else:
+        targets = solution_targets(ctx.train, cfg.sft.batch_size, cfg.run.seed)
+    pairs = ((format_prompt(ctx.tokenizer, e.prompt, cfg.data), target) for e, target in targets)
+    with ctx.reporter.phase("sft", cfg.sft.steps) as bar:
+        ctx.timed("sft", lambda: sft_train(ctx.model, ctx.tokenizer, pairs, cfg.sft, bar))
+    ctx.model.zero_grad(set_to_none=True)  # SFT's last gradients must not leak into RL's first step or its metrics
+    if cfg.sft.save_model:
+        save_pretrained(ctx.model, ctx.tokenizer, ctx.run_dir / "sft")
+
+
+def eval_stage(name: str, ctx: RunContext) -> None:
+    """Greedy held-out accuracy, written to eval_<name>.jsonl."""
+    cfg, held_out = ctx.cfg, ctx.held_out
+    fault_point(f"eval_{name}")
+    with ctx.reporter.phase(f"eval:{name}", num_batches(len(held_out), cfg.eval)) as bar:
+        result = ctx.timed(f"eval_{name}", lambda: evaluate(ctx.model, ctx.tokenizer, held_out, cfg.data, cfg.eval, ctx.reward_terms[0],
+                                                            bar, engine=cfg.rollout.engine))
+    atomic_write_text(ctx.run_dir / f"eval_{name}.jsonl", "".join(json.dumps(sample) + "\n" for sample in result.samples))
+    ctx.evals[name] = result
+    ctx.reporter.print(f"held-out greedy accuracy {name}: {result.accuracy:.1%}  by level {_pct(result.by_level)}  "
                        f"shows work {result.shows_work:.0%}  mean length {result.mean_length:.1f}")
 
-    first = "after_sft" if cfg.sft.steps > 0 else "before_rl"
-    rl_start = checkpoints / RL_START
-    if resuming and is_complete(rl_start):
-        # SFT and the first evaluation are done: take their results, and the RL starting weights
-        state = read_state(rl_start)
-        if state.get("data") not in (None, data_fingerprint(train)):
-            raise ConfigError(f"data.train_path: the training problems changed since {run_dir} started; a resume would draw different prompts")
-        evals.update({k: EvalResult(**v) for k, v in state["evals"].items()})
-        seconds.update(state["seconds"])
-        if (rl_start / "model.safetensors").exists():
-            load_weights(rl_start, model)
-        restore_rng_state(load_trainer(rl_start)["rng"], None)  # as an uninterrupted run would enter RL
-    else:  # a new run, or one killed before RL began: SFT is deterministic, so redoing it is exact
-        if cfg.sft.steps > 0:
-            with reporter.phase("sft", cfg.sft.steps) as bar:
-                timed("sft", lambda: sft_train(model, tokenizer, train, cfg.data, cfg.sft, cfg.run.seed, bar))
-            model.zero_grad(set_to_none=True)  # SFT's last gradients must not leak into RL's first step or its metrics
-            if cfg.sft.save_model:
-                save_pretrained(model, tokenizer, run_dir / "sft")
-        run_eval(first)
-        save_checkpoint(
-            checkpoints, RL_START, policy=model if cfg.sft.steps > 0 else None, trainer={"rng": rng_state(None)},
-            state={"evals": {k: v.summary() for k, v in evals.items()}, "seconds": dict(seconds), "data": data_fingerprint(train)},
-            config_text=to_toml(cfg).lstrip("\n"),
-        )
-    if cfg.model.lora_rank:  # after SFT and rl-start: RL trains adapters on the cold-started weights
-        model = add_lora(model, cfg.model)
-    resume_from = latest_step_checkpoint(checkpoints) if resuming else None
+
+def rl_stage(ctx: RunContext) -> None:
+    """RL under the configured preset, through a LocalLearner; resumes from its own step checkpoints."""
+    cfg = ctx.cfg
+    if cfg.model.lora_rank:  # after SFT: RL trains adapters on the cold-started weights
+        ctx.model = add_lora(ctx.model, cfg.model)
+    if cfg.train.steps == 0:
+        return
+    resume_from = latest_step_checkpoint(ctx.checkpoints) if ctx.resuming else None
     if resume_from is not None:
         at = read_state(resume_from)["step"]
         if at > cfg.train.steps:
             raise ConfigError(f"train.steps: {cfg.train.steps} is below the checkpoint's step {at} ({resume_from}); raise it to resume")
-        reporter.print(f"resuming from {resume_from} (step {at} of {cfg.train.steps})")
-    records = []
-    if cfg.train.steps > 0:
-        with reporter.phase("grpo", cfg.train.steps) as bar:
-            records = timed("grpo", lambda: grpo_train(model, tokenizer, train, cfg, reward_terms, run_dir, bar, resume_from))
-        if len(records) != cfg.train.steps:  # never exit 0 having silently trained too little
-            raise TrainingError(f"RL ended after {len(records)} of {cfg.train.steps} steps; see {run_dir / 'metrics.jsonl'}")
-        run_eval("after_rl")
-        plot_reward_curve(records, run_dir / "reward_curve.png", {k: v.accuracy for k, v in evals.items()})
-    if cfg.train.save_model:
-        save_pretrained(merged(model), tokenizer, run_dir / "model")
-    seconds["total"] = round(time.perf_counter() - started, 1)
+        ctx.reporter.print(f"resuming from {resume_from} (step {at} of {cfg.train.steps})")
+    ctx.resumed_from = resume_from
+    learner = LocalLearner(ctx.model, ctx.tokenizer, cfg)
+    with ctx.reporter.phase("rl", cfg.train.steps) as bar:
+        ctx.records = ctx.timed("rl", lambda: rl_train(learner, ctx.train, cfg, ctx.reward_terms, ctx.run_dir, bar, resume_from))
+    learner.close()
+    if len(ctx.records) != cfg.train.steps:  # never exit 0 having silently trained too little
+        raise TrainingError(f"RL ended after {len(ctx.records)} of {cfg.train.steps} steps; see {ctx.run_dir / 'metrics.jsonl'}")
 
+
+def save_stage(ctx: RunContext) -> None:
+    """The reward plot and the final model (LoRA adapters merged in)."""
+    if ctx.records:
+        plot_reward_curve(ctx.records, ctx.run_dir / "reward_curve.png", {k: v.accuracy for k, v in ctx.evals.items()})
+    if ctx.cfg.train.save_model:
+        save_pretrained(merged(ctx.model), ctx.tokenizer, ctx.run_dir / "model")
+
+
+# ----------------------------------------------------------------------------- stage completion and resume
+
+
+def _record_completion(ctx: RunContext, stage: Stage) -> None:
+    """A checkpoint that says `stage` is done: its results so far, the RNG state an uninterrupted
+    run has here, and the weights when the stage changed them."""
+    save_checkpoint(
+        ctx.checkpoints, STAGE_PREFIX + stage.name, policy=ctx.model if stage.changes_weights else None,
+        trainer={"rng": rng_state(None)},
+        state={"stage": stage.name, "evals": {k: v.summary() for k, v in ctx.evals.items()}, "seconds": dict(ctx.seconds),
+               "data": data_fingerprint(ctx.train)},
+        config_text=to_toml(ctx.cfg).lstrip("\n"),
+    )
+
+
+def _completed_stages(ctx: RunContext, plan: list[Stage]) -> int:
+    """How many leading stages of `plan` a resumed run can skip; restores their results, weights
+    and the RNG state at the end of the last one. A run written before stage checkpoints existed
+    has `rl-start` (SFT and the first evaluation done) instead."""
+    checkpoints = [ctx.checkpoints / (STAGE_PREFIX + s.name) if s.checkpointed else None for s in plan]
+    done = 0
+    while done < len(plan) and checkpoints[done] is not None and is_complete(checkpoints[done]):
+        done += 1
+    legacy = ctx.checkpoints / RL_START
+    if done == 0 and is_complete(legacy):
+        done = next(i for i, s in enumerate(plan) if s.name == "rl")
+        checkpoints[:done] = [legacy] * done
+    if done == 0:
+        return 0
+    last = checkpoints[done - 1]
+    state = read_state(last)
+    if state.get("data") not in (None, data_fingerprint(ctx.train)):
+        raise ConfigError(f"data.train_path: the training problems changed since {ctx.run_dir} started; a resume would draw different prompts")
+    ctx.evals.update({k: EvalResult(**v) for k, v in state["evals"].items()})
+    ctx.seconds.update(state["seconds"])
+    with_weights = [c for c, s in zip(checkpoints[:done], plan) if s.changes_weights or c == legacy]
+    if with_weights and (with_weights[-1] / "model.safetensors").exists():
+        load_weights(with_weights[-1], ctx.model)
+    restore_rng_state(load_trainer(last)["rng"], None)  # as an uninterrupted run would go on from here
+    return done
+
+
+def _write_summary(ctx: RunContext, plan: list[Stage], skipped: list[Problem]) -> dict:
+    evals, first = ctx.evals, plan[0 if plan[0].name != "sft" else 1].name.removeprefix("eval_")
     summary = {
-        "run_dir": str(run_dir),
-        "parameters": count_parameters(model),
-        "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
+        "run_dir": str(ctx.run_dir),
+        "parameters": count_parameters(ctx.model),
+        "trainable_parameters": sum(p.numel() for p in ctx.model.parameters() if p.requires_grad),
         "eval": {k: v.summary() for k, v in evals.items()},
         "gain_points": round(100 * (evals["after_rl"].accuracy - evals[first].accuracy), 1) if "after_rl" in evals else None,
-        "seconds": seconds,
-        "rl_steps": len(records),
-        "resumed_from": str(resume_from) if resume_from else None,
+        "seconds": ctx.seconds,
+        "rl_steps": len(ctx.records),
+        "resumed_from": str(ctx.resumed_from) if ctx.resumed_from else None,
         "data_rows_skipped": [f"{p.where}: {p.message}" for p in skipped],
     }
-    atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
-    reporter.print(summary_table(evals, seconds))
+    atomic_write_text(ctx.run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+    ctx.reporter.print(summary_table(evals, ctx.seconds))
     return summary
 
 

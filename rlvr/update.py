@@ -1,68 +1,21 @@
-"""(5) The update: completion log-probs, micro-batched backward with exact accumulation, step.
+"""(5) The update: micro-batched backward with exact accumulation, then the optimizer step.
 
-`completion_logprobs` is shared by RL, SFT and evaluation, so every stage scores tokens the same
-way (same positions, same temperature, same masking).
+Tokens are scored by `rlvr.logprobs.completion_logprobs`, shared with SFT and evaluation.
 """
 
 from __future__ import annotations
 
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 
 import torch
 from transformers import PreTrainedModel
 
 from rlvr.algorithms import loss_normalizer, masked_mean, policy_loss, sequence_kl
-from rlvr.config import AlgoConfig
-from rlvr.models import AdapterOffReference
+from rlvr.config import AlgoConfig, Config
+from rlvr.logprobs import backward_outside_autocast, completion_logprobs
 from rlvr.rollout import Rollouts
-from rlvr.rollout.engines import base_model, fp32_output_head, logits_in_fp32
-
-
-def completion_logprobs(
-    model: PreTrainedModel,
-    prompt_ids_BP: torch.Tensor,
-    prompt_mask_BP: torch.Tensor,
-    completion_ids_BT: torch.Tensor,
-    completion_mask_BT: torch.Tensor,
-    temperature: float = 1.0,
-    with_entropy: bool = False,
-) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """log pi(y_t | x, y_<t) for every completion position, shape (B, T); with `with_entropy`
-    also the entropy of pi(. | x, y_<t) at each position, (B, T), with its graph.
-
-    Logits are divided by the sampling temperature so the ratio compares the distribution the
-    tokens were actually drawn from. Only the last T+1 positions are projected to the vocabulary
-    (`logits_to_keep`): prompt positions never need logits.
-    """
-    if isinstance(model, AdapterOffReference):  # the LoRA reference: the policy's own path, adapters off
-        with model.policy.disable_adapter():
-            return completion_logprobs(model.policy, prompt_ids_BP, prompt_mask_BP, completion_ids_BT, completion_mask_BT,
-                                       temperature, with_entropy)
-    T = completion_ids_BT.shape[1]
-    input_ids = torch.cat([prompt_ids_BP, completion_ids_BT], dim=1)
-    attention = torch.cat([prompt_mask_BP, completion_mask_BT], dim=1)
-    positions = (attention.cumsum(dim=1) - 1).clamp(min=0)
-    head = fp32_output_head(model)  # under autocast: the decoder in bf16, the logits in fp32
-    if head is None:
-        logits = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, logits_to_keep=T + 1).logits
-    else:
-        hidden = base_model(model).model(input_ids=input_ids, attention_mask=attention, position_ids=positions).last_hidden_state
-        logits = logits_in_fp32(head, hidden[:, -(T + 1):])
-    logits_BTV = logits[:, :-1].float() / temperature  # position t predicts completion token t
-    logp_BTV = torch.log_softmax(logits_BTV, dim=-1)
-    logp_BT = torch.gather(logp_BTV, 2, completion_ids_BT.unsqueeze(2)).squeeze(2)
-    if not with_entropy:
-        return logp_BT
-    return logp_BT, -(logp_BTV.exp() * logp_BTV).sum(dim=-1)
-
-
-def backward_outside_autocast(loss: torch.Tensor) -> None:
-    """`loss.backward()` with autocast switched off. Under `run.autocast` the forwards run in bf16
-    inside torch.autocast; torch recommends running backward outside it (the backward ops follow
-    the dtypes the forward chose, and the weights' gradients stay in their fp32 dtype)."""
-    with torch.autocast(device_type=loss.device.type, enabled=False):
-        loss.backward()
 
 
 def micro_batches(rows: torch.Tensor, size: int) -> list[torch.Tensor]:
@@ -147,22 +100,58 @@ def sequence_kl_to_reference(
     return kl_B
 
 
+@dataclass(frozen=True)
+class UpdateSettings:
+    """Everything the update needs besides the batch: the algorithm's loss settings and the
+    batch-shaping knobs, built once per run (`from_config`) instead of passed one by one."""
+
+    ratio_level: str
+    clip_low: float
+    clip_high: float
+    dual_clip: float | None
+    aggregation: str
+    kl_coef: float  # beta when the KL term is in the loss (algo.kl_in = "loss"), else 0
+    kl_estimator: str
+    entropy_coef: float
+    num_iterations: int
+    reuse_sampling_logp: bool
+    temperature: float
+    max_new_tokens: int
+    micro_batch_size: int
+    max_grad_norm: float
+    micro_batch_tokens: int = 0
+    bucket_overhead_tokens: int = 0
+
+    @classmethod
+    def from_algo(cls, algo: AlgoConfig, *, temperature: float, max_new_tokens: int, micro_batch_size: int,
+                  max_grad_norm: float, micro_batch_tokens: int = 0, bucket_overhead_tokens: int = 0) -> UpdateSettings:
+        return cls(
+            ratio_level=algo.ratio_level, clip_low=algo.clip_low, clip_high=algo.clip_high, dual_clip=algo.dual_clip or None,
+            aggregation=algo.aggregation, kl_coef=algo.beta if algo.kl_in == "loss" else 0.0, kl_estimator=algo.kl_estimator,
+            entropy_coef=algo.entropy_coef, num_iterations=algo.num_iterations, reuse_sampling_logp=algo.reuse_sampling_logp,
+            temperature=temperature, max_new_tokens=max_new_tokens, micro_batch_size=micro_batch_size,
+            max_grad_norm=max_grad_norm, micro_batch_tokens=micro_batch_tokens, bucket_overhead_tokens=bucket_overhead_tokens,
+        )
+
+    @classmethod
+    def from_config(cls, cfg: Config) -> UpdateSettings:
+        return cls.from_algo(
+            cfg.algo, temperature=cfg.rollout.temperature, max_new_tokens=cfg.rollout.max_new_tokens,
+            micro_batch_size=cfg.train.micro_batch_size, max_grad_norm=cfg.train.max_grad_norm,
+            micro_batch_tokens=cfg.train.micro_batch_tokens, bucket_overhead_tokens=cfg.train.bucket_overhead_tokens,
+        )
+
+
 def rl_update(
     policy: PreTrainedModel,
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler,
     rollouts: Rollouts,
     advantages_B: torch.Tensor,
-    algo: AlgoConfig,
+    settings: UpdateSettings,
     *,
-    reference: PreTrainedModel | None,
-    temperature: float,
-    max_new_tokens: int,
-    micro_batch_size: int,
-    max_grad_norm: float,
+    reference: PreTrainedModel | None = None,
     include_B: torch.Tensor | None = None,
-    micro_batch_tokens: int = 0,
-    bucket_overhead_tokens: int = 0,
 ) -> dict[str, float]:
     """num_iterations optimizer steps on one rollout batch; returns averaged metrics.
 
@@ -184,18 +173,19 @@ def rl_update(
     include_B = torch.ones(B, dtype=torch.bool, device=advantages_B.device) if include_B is None else include_B.bool()
     include_B = include_B & torch.isfinite(advantages_B)
     mask_BT = rollouts.completion_mask_BT * include_B.unsqueeze(1)
-    normalizer = loss_normalizer(mask_BT, algo.aggregation, max_new_tokens)
-    kl_coef = algo.beta if algo.kl_in == "loss" else 0.0
+    st = settings
+    normalizer = loss_normalizer(mask_BT, st.aggregation, st.max_new_tokens)
+    kl_coef = st.kl_coef
     active = torch.arange(B, device=advantages_B.device)[include_B]
-    if kl_coef == 0.0 and algo.entropy_coef == 0.0:
+    if kl_coef == 0.0 and st.entropy_coef == 0.0:
         active = active[advantages_B[active] != 0]
     # Micro-batches of similar lengths waste less compute on padding (the result is unchanged:
     # every micro-batch shares the whole batch's normaliser).
     prompt_len_B, completion_len_B = rollouts.prompt_mask_BP.sum(dim=1), rollouts.lengths_B
     active = active[torch.argsort(completion_len_B[active], stable=True)]
-    parts = token_budget_batches(active, prompt_len_B + completion_len_B, micro_batch_size, micro_batch_tokens)
-    if bucket_overhead_tokens > 0:
-        parts = [b for part in parts for b in length_buckets(part, prompt_len_B, completion_len_B, bucket_overhead_tokens)]
+    parts = token_budget_batches(active, prompt_len_B + completion_len_B, st.micro_batch_size, st.micro_batch_tokens)
+    if st.bucket_overhead_tokens > 0:
+        parts = [b for part in parts for b in length_buckets(part, prompt_len_B, completion_len_B, st.bucket_overhead_tokens)]
     chunks = [rollouts.select(rows) for rows in parts]
     adv_chunks = [advantages_B[rows] for rows in parts]
 
@@ -204,21 +194,21 @@ def rl_update(
     # The sampler's own log-probs can stand in for that forward (`algo.reuse_sampling_logp`): they
     # come from the same weights, differing only by KV-cache numerics (rollout/logp_mismatch_max).
     t0 = time.perf_counter()
-    if algo.num_iterations > 1 and algo.reuse_sampling_logp and all(c.sample_logp_BT is not None for c in chunks):
+    if st.num_iterations > 1 and st.reuse_sampling_logp and all(c.sample_logp_BT is not None for c in chunks):
         old = [c.sample_logp_BT for c in chunks]
     else:
-        old = frozen_logprobs(policy, chunks, temperature) if algo.num_iterations > 1 else None
-    ref = frozen_logprobs(reference, chunks, temperature) if reference is not None and kl_coef > 0 else None
+        old = frozen_logprobs(policy, chunks, st.temperature) if st.num_iterations > 1 else None
+    ref = frozen_logprobs(reference, chunks, st.temperature) if reference is not None and kl_coef > 0 else None
     seconds = {"time/frozen_forward": time.perf_counter() - t0, "time/forward": 0.0, "time/backward": 0.0, "time/optimizer": 0.0}
 
-    entropy_bonus = algo.entropy_coef != 0.0
+    entropy_bonus = st.entropy_coef != 0.0
     skipped = 0
     sums: dict[str, float] = defaultdict(float)
     tokens_seen = 0
     mismatch_sum, mismatch_max = 0.0, 0.0
     # The optimizer's parameters, not policy.parameters(): frozen (LoRA base) weights may hold stale grads.
     trainable = [p for group in optimizer.param_groups for p in group["params"]]
-    for pass_index in range(algo.num_iterations):
+    for pass_index in range(st.num_iterations):
         optimizer.zero_grad(set_to_none=True)
         total = torch.zeros((), device=advantages_B.device)
         for i, chunk in enumerate(chunks):
@@ -227,7 +217,7 @@ def rl_update(
             # logged from sampling (rollout/entropy), and a (B, T, V) extra costs memory on real vocabularies.
             scored = completion_logprobs(
                 policy, chunk.prompt_ids_BP, chunk.prompt_mask_BP, chunk.completion_ids_BT, chunk.completion_mask_BT,
-                temperature, with_entropy=entropy_bonus,
+                st.temperature, with_entropy=entropy_bonus,
             )
             logp, entropy = scored if entropy_bonus else (scored, None)
             loss, metrics = policy_loss(
@@ -235,17 +225,17 @@ def rl_update(
                 old[i] if old is not None else logp.detach(),
                 adv_chunks[i],
                 chunk.completion_mask_BT,
-                ratio_level=algo.ratio_level,
-                clip_low=algo.clip_low,
-                clip_high=algo.clip_high,
-                dual_clip=algo.dual_clip or None,
-                aggregation=algo.aggregation,
-                max_completion_length=max_new_tokens,
+                ratio_level=st.ratio_level,
+                clip_low=st.clip_low,
+                clip_high=st.clip_high,
+                dual_clip=st.dual_clip,
+                aggregation=st.aggregation,
+                max_completion_length=st.max_new_tokens,
                 ref_logp=ref[i] if ref is not None else None,
                 kl_coef=kl_coef,
-                kl_estimator=algo.kl_estimator,
+                kl_estimator=st.kl_estimator,
                 entropy=entropy,
-                entropy_coef=algo.entropy_coef,
+                entropy_coef=st.entropy_coef,
                 normalizer=normalizer,
             )
             t1 = time.perf_counter()
@@ -263,7 +253,7 @@ def rl_update(
                 mismatch_sum, mismatch_max = mismatch_sum + float(gap.sum()), max(mismatch_max, float(gap.max()))
         if chunks:  # max_norm=inf measures the norm without clipping
             t0 = time.perf_counter()
-            grad_norm = torch.nn.utils.clip_grad_norm_(trainable, max_grad_norm or float("inf"))
+            grad_norm = torch.nn.utils.clip_grad_norm_(trainable, st.max_grad_norm or float("inf"))
             if torch.isfinite(grad_norm) and torch.isfinite(total):
                 optimizer.step()
                 scheduler.step()
@@ -275,13 +265,13 @@ def rl_update(
         sums["loss/policy"] += float(total)
 
     out = {name: value / max(tokens_seen, 1) for name, value in sums.items() if name not in ("loss/policy", "loss/grad_norm")}
-    out["loss/policy"] = sums["loss/policy"] / algo.num_iterations
-    out["loss/grad_norm"] = sums["loss/grad_norm"] / algo.num_iterations
+    out["loss/policy"] = sums["loss/policy"] / st.num_iterations
+    out["loss/grad_norm"] = sums["loss/grad_norm"] / st.num_iterations
     out["loss/active_frac"] = len(active) / max(B, 1)
     out["loss/excluded"] = int((~include_B).sum())
     out["loss/skipped_nonfinite"] = skipped  # optimizer passes skipped for a NaN/inf loss or gradient
     out["loss/lr"] = scheduler.get_last_lr()[0]
-    first_pass_tokens = tokens_seen / algo.num_iterations
+    first_pass_tokens = tokens_seen / st.num_iterations
     out["rollout/logp_mismatch_mean"] = mismatch_sum / max(first_pass_tokens, 1)
     out["rollout/logp_mismatch_max"] = mismatch_max
     out["loss/forwards"] = len(chunks)  # micro-batches (length buckets) per pass

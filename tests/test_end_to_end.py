@@ -7,7 +7,8 @@ import torch
 from safetensors.torch import load_file
 
 from rlvr.config import load_config
-from rlvr.loop import grpo_train
+from rlvr.learner import LocalLearner
+from rlvr.loop import rl_train
 from rlvr.metrics import Reporter, read_jsonl_records
 from rlvr.models import build_char_tokenizer, build_tiny_model
 from rlvr.pipeline import run
@@ -44,7 +45,7 @@ def test_grpo_steps_update_every_parameter_and_log_every_step(tmp_path, beta):
         def advance(self, info=""):
             pass
 
-    records = grpo_train(model, tokenizer, train, cfg, [RewardTerm("parity", 1.0, parity_reward, batched=False)], tmp_path, Bar())
+    records = rl_train(LocalLearner(model, tokenizer, cfg), train, cfg, [RewardTerm("parity", 1.0, parity_reward, batched=False)], tmp_path, Bar())
 
     unchanged = [n for n, p in model.named_parameters() if p.requires_grad and torch.equal(p, before[n])]
     assert not unchanged, f"parameters that never moved: {unchanged}"

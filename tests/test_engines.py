@@ -201,8 +201,7 @@ def test_under_autocast_logits_come_from_an_fp32_head():
        model's own bf16 head is not: at logits around 30 bf16 steps are 1/8;
     2. over several seeds, those log-probs are closer to full fp32 than the bf16 head's.
     """
-    from rlvr.rollout.engines import base_model, logits_in_fp32
-    from rlvr.update import completion_logprobs
+    from rlvr.logprobs import base_model, completion_logprobs, logits_in_fp32
 
     model = build("qwen3")
     with torch.no_grad():

@@ -6,14 +6,16 @@ import copy
 import pytest
 import torch
 
+import rlvr.learner as learner_module
 import rlvr.loop as loop
 from rlvr.config import AlgoConfig, load_config
+from rlvr.learner import LocalLearner
 from rlvr.metrics import read_jsonl_records
 from rlvr.models import build_char_tokenizer, build_tiny_model
 from rlvr.reward import RewardError, RewardTerm
 from rlvr.rollout import encode_prompts, generate
 from rlvr.tasks.arithmetic import make_splits
-from rlvr.update import rl_update
+from rlvr.update import UpdateSettings, rl_update
 
 TINY = [
     "model.tiny.hidden_size=32", "model.tiny.num_layers=2", "model.tiny.intermediate_size=64",
@@ -54,17 +56,17 @@ def updates(monkeypatch):
     """Record what the loop hands to the update."""
     seen = []
 
-    def spy(policy, optimizer, scheduler, rollouts, advantages_B, algo, **kw):
+    def spy(policy, optimizer, scheduler, rollouts, advantages_B, settings, **kw):
         seen.append({"rows": rollouts.completion_ids_BT.shape[0], "adv": advantages_B.clone(), "include": kw["include_B"].clone()})
-        return rl_update(policy, optimizer, scheduler, rollouts, advantages_B, algo, **kw)
+        return rl_update(policy, optimizer, scheduler, rollouts, advantages_B, settings, **kw)
 
-    monkeypatch.setattr(loop, "rl_update", spy)
+    monkeypatch.setattr(learner_module, "rl_update", spy)
     return seen
 
 
 def test_dynamic_sampling_fills_the_batch_with_informative_groups(tmp_path, updates):
     cfg, tok, model, train = setup(["algo.dynamic_sampling=true", "algo.max_sampling_rounds=10", "train.steps=3"])
-    records = loop.grpo_train(model, tok, train, cfg, term(flat_for_even_answers), tmp_path, Bar())
+    records = loop.rl_train(LocalLearner(model, tok, cfg), train, cfg, term(flat_for_even_answers), tmp_path, Bar())
     G, P = 4, 4
     for rec, upd in zip(records, updates):
         assert upd["rows"] == P * G  # exactly a full batch, surplus groups trimmed
@@ -78,7 +80,7 @@ def test_dynamic_sampling_fills_the_batch_with_informative_groups(tmp_path, upda
 def test_dynamic_sampling_stops_after_max_rounds_and_skips_an_empty_batch(tmp_path, updates):
     cfg, tok, model, train = setup(["algo.dynamic_sampling=true", "algo.max_sampling_rounds=3", "train.steps=2"])
     before = copy.deepcopy(model.state_dict())
-    records = loop.grpo_train(model, tok, train, cfg, term(lambda c, a: 1.0), tmp_path, Bar())
+    records = loop.rl_train(LocalLearner(model, tok, cfg), train, cfg, term(lambda c, a: 1.0), tmp_path, Bar())
     assert not updates  # nothing informative: no update, weights untouched
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     for rec in records:
@@ -91,7 +93,7 @@ def test_missing_rewards_are_excluded_from_the_loss_and_counted(tmp_path, update
     def half_missing(completion, answer):
         return None if len(completion) % 3 == 0 else parity(completion, answer)
 
-    records = loop.grpo_train(model, tok, train, cfg, term(half_missing, "half"), tmp_path, Bar())
+    records = loop.rl_train(LocalLearner(model, tok, cfg), train, cfg, term(half_missing, "half"), tmp_path, Bar())
     for rec, upd in zip(records, updates):
         missing = rec["reward/missing"]
         assert missing == rec["reward/half/missing"] == int((~upd["include"]).sum()) == rec["loss/excluded"]
@@ -107,7 +109,7 @@ def test_too_many_missing_rewards_stop_the_run_with_the_cause(tmp_path):
         raise ConnectionError("judge unreachable")
 
     with pytest.raises(RewardError, match=r"step 1: 100% of rewards are missing.*judge unreachable"):
-        loop.grpo_train(model, tok, train, cfg, term(broken, "judge"), tmp_path, Bar())
+        loop.rl_train(LocalLearner(model, tok, cfg), train, cfg, term(broken, "judge"), tmp_path, Bar())
 
 
 def test_kl_in_reward_subtracts_beta_times_the_sequence_kl(tmp_path, monkeypatch):
@@ -118,10 +120,10 @@ def test_kl_in_reward_subtracts_beta_times_the_sequence_kl(tmp_path, monkeypatch
         raw.append(parity(completion, answer))
         return raw[-1]
 
-    real_kl, real_adv = loop.sequence_kl_to_reference, loop.compute_advantages
-    monkeypatch.setattr(loop, "sequence_kl_to_reference", lambda *a, **k: kls.append(real_kl(*a, **k)) or kls[-1])
+    real_kl, real_adv = learner_module.sequence_kl_to_reference, loop.compute_advantages
+    monkeypatch.setattr(learner_module, "sequence_kl_to_reference", lambda *a, **k: kls.append(real_kl(*a, **k)) or kls[-1])
     monkeypatch.setattr(loop, "compute_advantages", lambda r, *a: seen.append(r.clone()) or real_adv(r, *a))
-    records = loop.grpo_train(model, tok, train, cfg, term(recording_parity), tmp_path, Bar())
+    records = loop.rl_train(LocalLearner(model, tok, cfg), train, cfg, term(recording_parity), tmp_path, Bar())
     B = 16
     for step in range(2):
         expected = torch.tensor(raw[step * B : (step + 1) * B]) - 0.5 * kls[step]
@@ -134,7 +136,7 @@ def test_kl_in_reward_subtracts_beta_times_the_sequence_kl(tmp_path, monkeypatch
 
 def test_mask_truncated_leaves_cut_completions_out(tmp_path, updates):
     cfg, tok, model, train = setup(["train.steps=1", "algo.mask_truncated=true", "rollout.max_new_tokens=6"])
-    records = loop.grpo_train(model, tok, train, cfg, term(parity), tmp_path, Bar())
+    records = loop.rl_train(LocalLearner(model, tok, cfg), train, cfg, term(parity), tmp_path, Bar())
     truncated = records[0]["rollout/truncated_frac"] * 16
     assert truncated > 0 and records[0]["loss/excluded"] == round(truncated)
 
@@ -158,8 +160,8 @@ def test_excluded_rows_give_the_gradient_of_the_batch_without_them(aggregation, 
         opt = torch.optim.SGD(policy.parameters(), lr=0.0)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
         algo = AlgoConfig(aggregation=aggregation, beta=beta)
-        rl_update(policy, opt, sched, rollouts, adv, algo, reference=reference, temperature=1.0, max_new_tokens=8,
-                  micro_batch_size=5, max_grad_norm=0.0, include_B=include)
+        settings = UpdateSettings.from_algo(algo, temperature=1.0, max_new_tokens=8, micro_batch_size=5, max_grad_norm=0.0)
+        rl_update(policy, opt, sched, rollouts, adv, settings, reference=reference, include_B=include)
         return torch.cat([p.grad.flatten() for p in policy.parameters()])
 
     keep = torch.nonzero(include).squeeze(1)
@@ -178,7 +180,7 @@ def test_nonfinite_updates_are_skipped_counted_and_stop_the_run_with_a_checkpoin
     monkeypatch.setattr(update_module, "completion_logprobs", lambda *a, **k: real(*a, **k) * float("nan"))
     before = copy.deepcopy(model.state_dict())
     with pytest.raises(loop.TrainingError, match=r"step 2: 2 steps in a row had a NaN/inf loss or gradient.*step-000002"):
-        loop.grpo_train(model, tok, train, cfg, term(parity), tmp_path, Bar())
+        loop.rl_train(LocalLearner(model, tok, cfg), train, cfg, term(parity), tmp_path, Bar())
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # no NaN reached a weight
     lines = read_jsonl_records(tmp_path / "metrics.jsonl")
     assert [r["loss/skipped_nonfinite"] for r in lines] == [1, 1]
@@ -192,5 +194,5 @@ def test_dynamic_sampling_filters_on_correctness_not_on_shaping(tmp_path, update
     cfg, tok, model, train = setup(["algo.dynamic_sampling=true", "algo.max_sampling_rounds=2", "train.steps=1"])
     terms = [RewardTerm("always_right", 1.0, lambda c, a: 1.0, batched=False),
              RewardTerm("length", 0.01, lambda c, a: float(len(c)), batched=False)]
-    records = loop.grpo_train(model, tok, train, cfg, terms, tmp_path, Bar())
+    records = loop.rl_train(LocalLearner(model, tok, cfg), train, cfg, terms, tmp_path, Bar())
     assert not updates and records[0]["sampling/groups_dropped"] == 8 and records[0]["reward/std"] > 0

@@ -8,7 +8,8 @@ import torch
 from rlvr.config import AlgoConfig, ModelConfig, TinyModelConfig
 from rlvr.models import AdapterOffReference, add_lora, build_char_tokenizer, build_tiny_model, merged, reference_for
 from rlvr.rollout import encode_prompts, generate
-from rlvr.update import completion_logprobs, rl_update
+from rlvr.logprobs import completion_logprobs
+from rlvr.update import UpdateSettings, rl_update
 
 PROMPTS = ["1+2=", "3*4-5=", "7=", "9-8*7+6="]
 
@@ -41,8 +42,8 @@ def test_only_adapters_train_and_the_reference_stays_the_starting_model():
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     adv = torch.linspace(-1.0, 1.0, 16)
     for _ in range(3):
-        rl_update(policy, opt, sched, rollouts, adv, AlgoConfig(beta=0.1), reference=reference, temperature=1.0,
-                  max_new_tokens=8, micro_batch_size=16, max_grad_norm=1.0)
+        settings = UpdateSettings.from_algo(AlgoConfig(beta=0.1), temperature=1.0, max_new_tokens=8, micro_batch_size=16, max_grad_norm=1.0)
+        rl_update(policy, opt, sched, rollouts, adv, settings, reference=reference)
     moved = logprobs(policy, rollouts)
     assert (moved - start).abs().max() > 1e-3  # the adapters learned something
     torch.testing.assert_close(logprobs(reference, rollouts), start, atol=0, rtol=0)  # the anchor never moved

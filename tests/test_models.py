@@ -242,7 +242,7 @@ def test_autocast_runs_forwards_in_bf16_and_keeps_fp32_weights_and_gradients(sav
 
     from rlvr.config import AlgoConfig
     from rlvr.rollout import encode_prompts, generate
-    from rlvr.update import rl_update
+    from rlvr.update import UpdateSettings, rl_update
 
     model, tokenizer = load_model(str(saved[1])), load_tokenizer(str(saved[1]))
     seen, head_outputs = [], []
@@ -255,8 +255,8 @@ def test_autocast_runs_forwards_in_bf16_and_keeps_fp32_weights_and_gradients(sav
     with torch.autocast("cpu", dtype=torch.bfloat16):
         rollouts = generate(model, ids, mask, max_new_tokens=6, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
                             group_size=4, generator=torch.Generator().manual_seed(0))
-        metrics = rl_update(model, optimizer, scheduler, rollouts, torch.linspace(-1, 1, 8), AlgoConfig(), reference=None,
-                            temperature=1.0, max_new_tokens=6, micro_batch_size=8, max_grad_norm=1.0)
+        settings = UpdateSettings.from_algo(AlgoConfig(), temperature=1.0, max_new_tokens=6, micro_batch_size=8, max_grad_norm=1.0)
+        metrics = rl_update(model, optimizer, scheduler, rollouts, torch.linspace(-1, 1, 8), settings)
     assert set(seen) == {torch.bfloat16}  # sampling and the update's forward both ran in bf16
     assert head_outputs == []  # ... but not the output projection: logits come from an fp32 head (fp32_output_head)
     assert all(p.dtype == torch.float32 and p.grad.dtype == torch.float32 for p in model.parameters() if p.grad is not None)

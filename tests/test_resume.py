@@ -65,10 +65,11 @@ def uninterrupted(tmp_path_factory, data_files):
 
 
 KILL_POINTS = [  # each costs two child runs: the ones covered elsewhere by a fast test run with -m slow
-    pytest.param("eval_after_sft@1", marks=pytest.mark.slow),  # before RL began: SFT is redone, deterministically
+    pytest.param("sft_step@2", marks=pytest.mark.slow),  # mid-SFT: no stage finished, SFT is redone, deterministically
+    pytest.param("eval_after_sft@1", marks=pytest.mark.slow),  # SFT finished: its stage checkpoint's weights, the eval redone
     "generate@3",  # mid-step, after the step-2 checkpoint
     pytest.param("step_end@3", marks=pytest.mark.slow),  # between steps (also the torn-line test's kill point)
-    "checkpoint_write@3",  # while writing the step-4 checkpoint (rl-start is write 1, step 2 is write 2)
+    "checkpoint_write@4",  # while writing the step-4 checkpoint (stage-sft, stage-eval_after_sft, step 2 come first)
     "step_saved@2",  # right after the second step checkpoint (step 4): exactly at an epoch boundary
     pytest.param("eval_after_rl@1", marks=pytest.mark.slow),  # after the last step, during the final evaluation
 ]
@@ -91,6 +92,21 @@ def test_killed_and_resumed_run_equals_the_uninterrupted_run(tmp_path, data_file
     assert summary["eval"] == json.loads((uninterrupted / "summary.json").read_text())["eval"]
     assert [p.name for p in complete_step_checkpoints(run_dir / "checkpoints")] == ["step-000004", "step-000006"]
     assert not list((run_dir / "checkpoints").glob(".tmp-*"))
+
+
+def test_a_resumed_run_skips_the_stages_it_finished(tmp_path, data_files, uninterrupted):
+    run_dir = tmp_path / "run"
+    assert lab(run_dir, TINY + data_files, kill_at="generate@1").returncode == -9  # SFT and the first eval are done
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["stage-eval_after_sft", "stage-sft"]
+    first_eval = (run_dir / "eval_after_sft.jsonl").stat().st_mtime_ns
+    resumed = lab(run_dir, [], resume=True)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert (run_dir / "eval_after_sft.jsonl").stat().st_mtime_ns == first_eval  # neither SFT nor the eval ran again
+    assert comparable(run_dir) == comparable(uninterrupted)
+    after, whole = final_weights(run_dir), final_weights(uninterrupted)
+    assert all(torch.equal(after[k], whole[k]) for k in whole)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["eval"] == json.loads((uninterrupted / "summary.json").read_text())["eval"]
 
 
 def test_a_torn_last_metrics_line_is_repaired_on_resume(tmp_path, data_files, uninterrupted):
@@ -197,8 +213,8 @@ def test_a_run_that_trains_fewer_steps_than_asked_fails(tmp_path, monkeypatch):
     from rlvr.loop import TrainingError
     from rlvr.metrics import Reporter
 
-    real = pipeline.grpo_train
-    monkeypatch.setattr(pipeline, "grpo_train", lambda *a, **k: real(*a, **k)[:-1])
+    real = pipeline.rl_train
+    monkeypatch.setattr(pipeline, "rl_train", lambda *a, **k: real(*a, **k)[:-1])
     cfg = load_config(overrides=[o for o in TINY if not o.startswith("algo.")] + ["task.num_train=100", "task.num_eval=10", "train.steps=2",
                                   f"run.output_dir={json.dumps(str(tmp_path / 'run'))}"])
     with pytest.raises(TrainingError, match="RL ended after 1 of 2 steps"):

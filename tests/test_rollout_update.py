@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from rlvr.config import AlgoConfig, TinyModelConfig
 from rlvr.models import build_char_tokenizer, build_tiny_model
 from rlvr.rollout import Rollouts, decode_completions, encode_prompts, generate, sample_next
-from rlvr.update import completion_logprobs, rl_update
+from rlvr.logprobs import completion_logprobs
+from rlvr.update import UpdateSettings, rl_update
 
 PROMPTS = ["1+2=", "3*4-5=", "7=", "9-8*7+6="]
 
@@ -118,7 +119,8 @@ def test_update_gradient_is_independent_of_micro_batch_size(model, tokenizer, ag
         opt = torch.optim.SGD(policy.parameters(), lr=0.0)  # lr 0: keep weights, read the gradient
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
         algo = AlgoConfig(aggregation=aggregation, beta=beta)
-        rl_update(policy, opt, sched, rollouts, adv, algo, reference=reference, temperature=1.0, max_new_tokens=8, micro_batch_size=mbs, max_grad_norm=0.0)
+        settings = UpdateSettings.from_algo(algo, temperature=1.0, max_new_tokens=8, micro_batch_size=mbs, max_grad_norm=0.0)
+        rl_update(policy, opt, sched, rollouts, adv, settings, reference=reference)
         grads.append(torch.cat([p.grad.flatten() for p in policy.parameters()]))
     assert grads[0].abs().sum() > 0
     torch.testing.assert_close(grads[1], grads[0], atol=1e-6, rtol=1e-4)
@@ -217,8 +219,9 @@ def test_token_budget_micro_batches_give_the_whole_batch_gradient(model, tokeniz
         policy = copy.deepcopy(model).train()
         opt = torch.optim.SGD(policy.parameters(), lr=0.0)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
-        rl_update(policy, opt, sched, rollouts, adv, AlgoConfig(aggregation=aggregation), reference=None, temperature=1.0,
-                  max_new_tokens=8, micro_batch_size=64, max_grad_norm=0.0, micro_batch_tokens=tokens)
+        settings = UpdateSettings.from_algo(AlgoConfig(aggregation=aggregation), temperature=1.0, max_new_tokens=8,
+                                            micro_batch_size=64, max_grad_norm=0.0, micro_batch_tokens=tokens)
+        rl_update(policy, opt, sched, rollouts, adv, settings)
         grads.append(torch.cat([p.grad.flatten() for p in policy.parameters()]))
     torch.testing.assert_close(grads[1], grads[0], atol=1e-6, rtol=1e-4)
     torch.testing.assert_close(grads[2], grads[0], atol=1e-6, rtol=1e-4)
@@ -275,7 +278,8 @@ def test_length_buckets_give_the_whole_batch_gradient(model, tokenizer, aggregat
         policy = copy.deepcopy(model).train()
         opt = torch.optim.SGD(policy.parameters(), lr=0.0)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
-        rl_update(policy, opt, sched, rollouts, adv, AlgoConfig(aggregation=aggregation, beta=0.1), reference=copy.deepcopy(model),
-                  temperature=1.0, max_new_tokens=8, micro_batch_size=64, max_grad_norm=0.0, bucket_overhead_tokens=overhead)
+        settings = UpdateSettings.from_algo(AlgoConfig(aggregation=aggregation, beta=0.1), temperature=1.0, max_new_tokens=8,
+                                            micro_batch_size=64, max_grad_norm=0.0, bucket_overhead_tokens=overhead)
+        rl_update(policy, opt, sched, rollouts, adv, settings, reference=copy.deepcopy(model))
         grads.append(torch.cat([p.grad.flatten() for p in policy.parameters()]))
     torch.testing.assert_close(grads[1], grads[0], atol=1e-6, rtol=1e-4)

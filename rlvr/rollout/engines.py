@@ -29,12 +29,9 @@ import torch
 from torch.nn import functional as F
 from transformers import PreTrainedModel
 
-STATIC_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+from rlvr.logprobs import LLAMA_FAMILY, base_model, fp32_output_head, logits_in_fp32
 
-
-def base_model(model: PreTrainedModel) -> PreTrainedModel:
-    """The transformers model under a peft wrapper (whose modules carry the adapters)."""
-    return model.get_base_model() if hasattr(model, "get_base_model") else model
+STATIC_MODEL_TYPES = LLAMA_FAMILY
 
 
 @functools.lru_cache(maxsize=None)
@@ -86,26 +83,6 @@ class TransformersEngine:
             positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
         cache = {self.cache_arg: self.cache} if self.cache is not None else {}
         return self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **cache, **kwargs)
-
-
-def fp32_output_head(model: PreTrainedModel) -> torch.nn.Linear | None:
-    """The output projection, when it should be computed in fp32 by hand: autocast is on (it would
-    run the head in bf16), the head's weights are fp32 (no copy needed), and the model is one of
-    the Llama family, whose causal-LM forward is exactly `lm_head(hidden)`. Log-probs then carry
-    fp32 logits, as verl computes them: bf16 logits are rounded to 2^-8 of their size (0.125 at a
-    logit of 30), noise that lands straight in every importance ratio and KL estimate."""
-    base = base_model(model)
-    if not isinstance(base, PreTrainedModel):  # e.g. the LoRA reference wrapper: its own forward decides
-        return None
-    head = base.get_output_embeddings()
-    if base.config.model_type not in STATIC_MODEL_TYPES or type(head) is not torch.nn.Linear or head.weight.dtype != torch.float32:
-        return None
-    return head if torch.is_autocast_enabled(head.weight.device.type) else None
-
-
-def logits_in_fp32(head: torch.nn.Linear, hidden: torch.Tensor) -> torch.Tensor:
-    with torch.autocast(device_type=hidden.device.type, enabled=False):
-        return F.linear(hidden.float(), head.weight, head.bias)
 
 
 def static_engine_unsupported(model: PreTrainedModel, total_length: int) -> str | None:

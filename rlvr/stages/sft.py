@@ -1,25 +1,26 @@
 """Cold-start SFT (stage 1 of the DeepSeek-R1 recipe): next-token loss on completion tokens only.
 
-Targets are worked solutions or, with probability 1 - worked_fraction, the bare boxed answer.
-The mix is the point of the lab's cold start: the model leaves SFT able both to reason and to
-guess, and RL then has a behaviour to select (RL steers toward reasoning the model can already
-do; it does not teach arithmetic from scratch).
+`sft_train` takes any iterator of (prompt, target) pairs: what the targets are is the data's
+business (the lab's worked/bare mixture is `rlvr.tasks.arithmetic.sft_targets`; a user's data
+trains on its own solutions, `rlvr.data.solution_targets`). A future rejection-sampling or
+distillation stage feeds it verified completions the same way.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
-import random
+from typing import Iterator
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from rlvr.algorithms import aggregate
-from rlvr.config import DataConfig, SFTConfig
-from rlvr.data import Example, boxed, format_prompt
+from rlvr.checkpoint import fault_point
+from rlvr.config import SFTConfig
 from rlvr.metrics import PhaseBar
 from rlvr.rollout import encode_prompts
-from rlvr.update import backward_outside_autocast, completion_logprobs
+from rlvr.logprobs import backward_outside_autocast, completion_logprobs
 
 
 def encode_targets(tokenizer: PreTrainedTokenizerBase, targets: list[str]) -> list[list[int]]:
@@ -75,31 +76,26 @@ def sft_backward(
 def sft_train(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
-    examples: list[Example],
-    data_cfg: DataConfig,
+    pairs: Iterator[tuple[str, str]],
     cfg: SFTConfig,
-    seed: int,
     bar: PhaseBar,
 ) -> list[float]:
-    """Train in place; returns the loss of every step (mean NLL per completion token)."""
-    device = next(model.parameters()).device
-    rng = random.Random(f"sft:{seed}")
+    """Train in place for cfg.steps steps of cfg.batch_size (formatted prompt, target) pairs from
+    `pairs`; returns the loss of every step (mean NLL per target token)."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(cfg.warmup_steps, cfg.steps))
-    prompts = [format_prompt(tokenizer, e.prompt, data_cfg) for e in examples]
     model.train()
     losses = []
     for _ in range(cfg.steps):
-        rows = [rng.randrange(len(examples)) for _ in range(cfg.batch_size)]
-        targets = [
-            examples[i].solution if examples[i].solution and rng.random() < cfg.worked_fraction else boxed(examples[i].answer)
-            for i in rows
-        ]
+        batch = list(itertools.islice(pairs, cfg.batch_size))
+        if len(batch) < cfg.batch_size:
+            raise ValueError(f"sft: the (prompt, target) pairs ran out after {len(losses)} steps")
         optimizer.zero_grad(set_to_none=True)
-        loss = sft_backward(model, tokenizer, [prompts[i] for i in rows], targets, micro_batch_size=cfg.micro_batch_size)
+        loss = sft_backward(model, tokenizer, [p for p, _ in batch], [t for _, t in batch], micro_batch_size=cfg.micro_batch_size)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         scheduler.step()
         losses.append(loss)
         bar.advance(f"loss {losses[-1]:.3f}")
+        fault_point("sft_step")
     return losses

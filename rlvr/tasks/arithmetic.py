@@ -15,6 +15,7 @@ The held-out split is drawn first, per level, and never appears in train.
 from __future__ import annotations
 
 import random
+from typing import Iterator
 
 from rlvr.config import TaskConfig
 from rlvr.data import Example, boxed
@@ -105,3 +106,16 @@ def make_splits(cfg: TaskConfig, seed: int) -> tuple[list[Example], list[Example
         if render(tokens) not in seen:
             train.append(make_example(tokens, cfg.prompt_template))
     return train, held_out
+
+
+def sft_targets(examples: list[Example], batch_size: int, worked_fraction: float, seed: int) -> Iterator[tuple[Example, str]]:
+    """The lab's cold-start mixture, endlessly: per batch of `batch_size` sampled problems, each
+    target is the worked solution with probability `worked_fraction`, else the bare boxed answer.
+    The mix is the point of the lab: the model leaves SFT able both to reason and to guess, and
+    RL then has a behaviour to select (RL steers toward reasoning the model can already do; it
+    does not teach arithmetic from scratch)."""
+    rng = random.Random(f"sft:{seed}")
+    while True:
+        for i in [rng.randrange(len(examples)) for _ in range(batch_size)]:
+            e = examples[i]
+            yield e, e.solution if e.solution and rng.random() < worked_fraction else boxed(e.answer)

@@ -1,0 +1,124 @@
+"""The learner: what holds the policy, and the only thing the RL loop touches it through.
+
+The loop (`rlvr/loop.py`) drives any object with the `Learner` verbs: generate completions for
+some examples, score them against the reference, update on them with advantages, hand over its
+state for a checkpoint, and hand out its weights for synchronisation. `LocalLearner` does all of
+it in this process with the policy, the KL reference, the optimizer, the scheduler and the
+sampler's RNG. A distributed backend (rollout workers that sync weights from a training worker)
+is another class with the same verbs; the loop does not change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from rlvr.checkpoint import fault_point, restore_rng_state, rng_state
+from rlvr.config import Config
+from rlvr.data import Example, format_prompt
+from rlvr.models import reference_for
+from rlvr.rollout import Rollouts, decode_completions, encode_prompts, generate
+from rlvr.update import UpdateSettings, rl_update, sequence_kl_to_reference
+
+
+@dataclass
+class Generation:
+    """G completions per example, rows g*G .. g*G+G-1 for example g."""
+
+    prompts: list[str]  # the formatted prompt of every row
+    rollouts: Rollouts
+    texts: list[str]  # the decoded completions
+
+
+class Learner(Protocol):
+    """The verbs the RL loop needs from whatever holds the policy."""
+
+    policy: torch.nn.Module  # what a checkpoint saves (safetensors keeps tied weights tied)
+
+    def generate(self, examples: list[Example]) -> Generation:
+        """Sample G completions of each example's prompt from the current policy."""
+        ...
+
+    def reference_kl(self, rollouts: Rollouts) -> torch.Tensor:
+        """(B,) summed per-token KL(policy || reference) of each completion, no graph."""
+        ...
+
+    def update(self, rollouts: Rollouts, advantages_B: torch.Tensor, include_B: torch.Tensor) -> dict[str, float]:
+        """Optimizer step(s) on the batch; returns the update's metrics."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """Optimizer, scheduler and RNG state: with the policy's weights, an exact resume."""
+        ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        """The policy's weights, e.g. to synchronise a rollout worker."""
+        ...
+
+
+class LocalLearner:
+    """Policy, reference, optimizer, scheduler and sampler in this process.
+
+    The reference is anchored to the policy's weights at construction (none at beta = 0: no
+    memory, no forward); with LoRA it is the policy itself with the adapters switched off.
+    """
+
+    def __init__(self, policy: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, cfg: Config) -> None:
+        self.policy, self.tokenizer = policy, tokenizer
+        self.rollout_cfg, self.data_cfg, self.algo = cfg.rollout, cfg.data, cfg.algo
+        self.settings = UpdateSettings.from_config(cfg)
+        self.device = next(policy.parameters()).device
+        self.reference = reference_for(policy) if cfg.algo.beta > 0 else None
+        trainable = [p for p in policy.parameters() if p.requires_grad]  # with LoRA: the adapters only
+        tc = cfg.train
+        self.optimizer = torch.optim.AdamW(trainable, lr=tc.lr, betas=(0.9, 0.99), weight_decay=tc.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: min(1.0, (s + 1) / max(1, tc.warmup_steps)))
+        self.generator = torch.Generator(device=self.device).manual_seed(cfg.run.seed)
+        self.gradient_checkpointing = cfg.model.gradient_checkpointing
+        if self.gradient_checkpointing:
+            policy.gradient_checkpointing_enable()
+        policy.train()
+
+    def generate(self, examples: list[Example]) -> Generation:
+        fault_point("generate")
+        rc, G = self.rollout_cfg, self.rollout_cfg.group_size
+        distinct = [format_prompt(self.tokenizer, e.prompt, self.data_cfg) for e in examples]
+        prompt_ids, prompt_mask = encode_prompts(self.tokenizer, distinct, self.device)  # prefilled once, shared by G samples
+        rollouts = generate(
+            self.policy, prompt_ids, prompt_mask,
+            max_new_tokens=rc.max_new_tokens, eos_id=self.tokenizer.eos_token_id, pad_id=self.tokenizer.pad_token_id,
+            temperature=rc.temperature, top_p=rc.top_p, generator=self.generator, group_size=G, engine=rc.engine,
+        )
+        return Generation([p for p in distinct for _ in range(G)], rollouts, decode_completions(self.tokenizer, rollouts))
+
+    def reference_kl(self, rollouts: Rollouts) -> torch.Tensor:
+        if self.reference is None:
+            raise RuntimeError("no KL reference: algo.beta is 0")
+        return sequence_kl_to_reference(
+            self.policy, self.reference, rollouts, estimator=self.algo.kl_estimator,
+            temperature=self.settings.temperature, micro_batch_size=self.settings.micro_batch_size,
+        )
+
+    def update(self, rollouts: Rollouts, advantages_B: torch.Tensor, include_B: torch.Tensor) -> dict[str, float]:
+        return rl_update(self.policy, self.optimizer, self.scheduler, rollouts, advantages_B, self.settings,
+                         reference=self.reference, include_B=include_B)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(), "rng": rng_state(self.generator)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        restore_rng_state(state["rng"], self.generator)
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        return self.policy.state_dict()
+
+    def close(self) -> None:
+        if self.gradient_checkpointing:
+            self.policy.gradient_checkpointing_disable()
