@@ -655,6 +655,12 @@ PATHOLOGICAL = [
     (r"\boxed{" * 10_000, "5", 0.0),
     ("\\" * 100_000 + r"\boxed{5}", "5", 1.0),  # 50,000 LaTeX line breaks, then a box
     ("x" * 1_000_000 + r"\boxed{5}", "5", 1.0),
+    # lists compared in any order: pairing is not quadratic in sympy calls or time
+    (r"\boxed{" + ",".join(map(str, range(129, -1, -1))) + "}", ",".join(map(str, range(130))), 1.0),
+    (r"\boxed{" + ",".join(map(str, range(128, -1, -1))) + ",999}", ",".join(map(str, range(130))), 0.0),
+    (r"\boxed{" + ",".join(f"0.{i}0" for i in range(10, 90)) + "}", ",".join(f"0.{i}" for i in range(89, 9, -1)), 1.0),
+    (r"\boxed{\{" + ",".join(f"x+{i}" for i in range(60)) + r"\}}", r"\{" + ",".join(f"{i}+x" for i in range(60)) + r"\}", 0.0),
+    (r"\boxed{" + r"\cup".join(f"({i},{i + 1})" for i in range(40)) + "}", r"\cup".join(f"({i},{i + 1})" for i in range(39, -1, -1)), 1.0),
 ]
 
 # Inputs that once took seconds to minutes inside sympy (found by fuzzing), each with

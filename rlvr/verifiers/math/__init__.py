@@ -3,6 +3,7 @@
 The package reads in the order of a verdict: ``extract`` (the last box),
 ``normalise`` (canonical spelling, exact numbers), ``parse`` + ``guards`` (a LaTeX
 subset into size-bounded sympy), ``fast`` (the same subset in exact arithmetic),
+``forms`` (answers of several parts: lists, sets, unions, relations, matrices, ``\\pm``),
 ``equal`` (equivalence); this file holds the reward.
 
 A lenient verifier gets gamed by the policy (hedging, listing candidates, dumping a

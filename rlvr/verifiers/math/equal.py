@@ -189,17 +189,27 @@ def _all_equal(cands: list[str], golds: list[str], budget: _Budget, depth: int) 
 def _same_multiset(cands: list[str], golds: list[str], budget: _Budget, depth: int) -> bool:
     """Whether the items match one to one in some order (each gold item used once).
 
-    Equivalence is transitive, so a greedy matching finds one if any exists; item ``i``
+    Identical items are paired first (a dict lookup each), the rest greedily: since
+    equivalence is transitive, a greedy matching finds one if any exists. Item ``i``
     tries gold item ``i`` first, so a list in the gold's order costs one comparison
     per item.
     """
     if len(cands) != len(golds):
         return False
     cands, golds = [_normalise(c) for c in cands], [_normalise(g) for g in golds]
-    free = list(range(len(golds)))
+    by_text: dict[str, list[int]] = {}
+    for j, g in enumerate(golds):
+        by_text.setdefault(g, []).append(j)
+    rest = []
     for i, c in enumerate(cands):
+        if by_text.get(c):
+            by_text[c].pop()
+        else:
+            rest.append(i)
+    free = sorted(j for js in by_text.values() for j in js)
+    for i in rest:
         order = ([i] if i in free else []) + [j for j in free if j != i]
-        match = next((j for j in order if _equivalent(c, golds[j], budget, depth)), None)
+        match = next((j for j in order if _equivalent(cands[i], golds[j], budget, depth)), None)
         if match is None:
             return False
         free.remove(match)
