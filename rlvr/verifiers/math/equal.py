@@ -228,6 +228,9 @@ def _equivalent(cand: str, gold: str, budget: _Budget, depth: int = 0) -> bool:
         if _THOUSANDS.fullmatch(cand):
             cand = cand.replace("{,}", "").replace(",", "")
         gold = gold.replace("{,}", "").replace(",", "")
+        fast = _same_number(cand, gold)
+        if fast is not None:
+            return fast  # two plain numbers (the common case): no hedge, no parts
     if "\\pm" in gold or "\\mp" in gold:
         # A gold "1 \pm \sqrt{2}" is the set of its two values; a candidate must be
         # written with one \pm too and have the same two values, in either order.
