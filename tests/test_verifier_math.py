@@ -524,12 +524,12 @@ def test_documented_decisions(completion: str, answer: str, expected: float) -> 
 # ------------------------------------------------------------- warm-up in the pool
 
 
-def sympy_seen_first(completion: str, answer: str) -> float:
-    """1.0 if sympy was imported before this item came (by boxed_math's warm-up)."""
-    return 1.0 if "sympy" in sys.modules else 0.0
+def boxed_math_if_warm(completion: str, answer: str) -> float:
+    """boxed_math, but -1.0 if sympy was not imported before this item came."""
+    return boxed_math(completion, answer) if "sympy" in sys.modules else -1.0
 
 
-sympy_seen_first.warm_up = boxed_math.warm_up  # type: ignore[attr-defined]
+boxed_math_if_warm.warm_up = boxed_math.warm_up  # type: ignore[attr-defined]
 
 
 def warm_up_fails(completion: str, answer: str) -> float:
@@ -555,15 +555,14 @@ assert "sympy" in sys.modules
     assert result.returncode == 0, result.stderr
 
 
-def test_pool_warms_each_worker_before_its_first_item() -> None:
+def test_pool_warms_a_worker_before_its_first_item() -> None:
     from rlvr.verifiers.pool import VerifierPool
 
-    with VerifierPool("test_verifier_math:sympy_seen_first", workers=2, timeout_s=30.0) as pool:
-        assert pool.score(["a", "b", "c", "d"], ["", "", "", ""]).scores == [1.0] * 4
-    with VerifierPool("boxed_math", workers=1, timeout_s=30.0) as pool:
-        result = pool.score([box(r"\sqrt[3]{-8}+x")], ["x-2"])  # needs sympy
-    assert result.scores == [1.0]
-    assert result.item_seconds[0] < 0.25, result.item_seconds  # the import alone is ~0.3-1.3 s
+    items = [box(r"\sqrt[3]{-8}+x"), box(r"\sqrt[3]{16}")]  # both need sympy
+    with VerifierPool("test_verifier_math:boxed_math_if_warm", workers=1, timeout_s=30.0) as pool:
+        result = pool.score(items, ["x-2", r"2\sqrt[3]{2}"])
+    assert result.scores == [1.0, 1.0]
+    assert max(result.item_seconds) < 0.25, result.item_seconds  # the import alone is ~0.3-1.3 s
 
 
 def test_a_failing_warm_up_fails_the_pool_start() -> None:
