@@ -69,8 +69,14 @@ def _math_probes() -> list[Probe]:
         ("list in a box", _box("41, 42")),
         ("or in a box", _box(r"41 \text{ or } 42")),
         ("plus-minus", _box(r"\pm 42")),
+        ("or in text after a number", _box(r"42\text{ (or 43)}")),
+        ("retraction in text", _box(r"42\text{ -- no wait, 41}")),
+        ("earlier box hedges in text", r"\boxed{42\text{, 41}} so \boxed{42}"),
+        ("framebox", r"It is \framebox{41} or maybe \boxed{42}."),
+        ("colorbox", r"It is \colorbox{yellow}{41} or maybe \boxed{42}."),
     ]:
         add("hedged_boxes", name, text)
+    add("hedged_boxes", "plus-minus in plain text", _box("+-42"), "-42")
     for name, text in [
         ("prose", "The answer is 42."), ("bare", "42"), ("bold", "**42**"), ("dollars", "$42$"),
         ("answer tag", "<answer>42</answer>"), ("boxed without braces", r"\boxed 42"),
@@ -104,7 +110,10 @@ def _math_probes() -> list[Probe]:
         ("last one unclosed", r"\boxed{42} then \boxed{4"), ("oversized", _box("0" * 499 + "42")),
     ]:
         add("malformed_boxes", name, text)
-    for name, text in [("off by one", _box("41")), ("negated", _box("-42")), ("scaled", _box("420")), ("substring", _box("142"))]:
+    for name, text in [
+        ("off by one", _box("41")), ("negated", _box("-42")), ("scaled", _box("420")), ("substring", _box("142")),
+        ("mixed number read as a product", _box(r"84\frac{1}{2}")),  # 84 1/2, not 84 * 1/2
+    ]:
         add("wrong_answers", name, text)
     for name, text, gold in [
         ("10,000 nested braces", r"\boxed{" + "{" * 10_000 + "42" + "}" * 10_000 + "}", "42"),

@@ -279,6 +279,17 @@ EXTRACT = [
     (r"\boxed{" + "1" * 500 + "}", "1" * 500),
     (r"\boxed{a\}b}", r"a\}b"),
     (r"\boxed{a\\}b", r"a\\"),
+    # other box-drawing commands, with their optional and colour arguments
+    (r"\framebox{7}", "7"),
+    (r"\framebox[2cm][l]{7}", "7"),
+    (r"\colorbox{yellow}{8}", "8"),
+    (r"\colorbox[rgb]{1,0,0}{8}", "8"),
+    (r"\fcolorbox{red}{white}{9}", "9"),
+    (r"\boxed{\framebox{5}}", "5"),
+    (r"\framebox{1} \boxed{2", None),
+    (r"\colorbox{yellow}", None),
+    (r"\fcolorbox{red}{white", None),
+    (r"\boxed[2cm]{7}", None),
 ]
 
 
@@ -296,6 +307,270 @@ def test_extract_never_raises() -> None:
 )
 def test_non_string_inputs_score_zero(completion: object, answer: object) -> None:
     assert boxed_math(completion, answer) == 0.0  # type: ignore[arg-type]
+
+
+# ----------------------------------------------- hedges hidden in text, other boxes
+
+HIDDEN_HEDGES = [
+    # text after a number is dropped only when it names units; otherwise it stays, the
+    # answer does not parse, and the hedge scores 0 whichever number the gold is
+    (box(r"42\text{ (or 43)}"), "42"),
+    (box(r"42\text{ (or 43)}"), "43"),
+    (box(r"41\text{ -- no wait, 42}"), "41"),
+    (box(r"41\text{ -- no wait, 42}"), "42"),
+    (box(r"-3\text{, 3}"), "-3"),
+    (box(r"-3\text{, 3}"), "3"),
+    (box(r"42 \text{ or } 43"), "42"),
+    (box(r"42\mathrm{~or~43}"), "42"),
+    (box(r"42\text{ OR 43}"), "42"),
+    (box(r"42\text{ maybe}"), "42"),
+    (box(r"3\text{ up to sign}"), "3"),
+    (box(r"3\text{ squared}"), "3"),
+    (box(r"5\text{ million}"), "5"),
+    (box(r"5\text{ cm or 6 cm}"), "5"),
+    (box(r"5\text{ cm}\text{ (or 6)}"), "5"),
+    # an earlier box that hedges inside text is not the same answer as the last one
+    (r"\boxed{42\text{ (or 43)}} so \boxed{42}", "42"),
+    (r"\boxed{42\text{, 41}} hence \boxed{42}", "42"),
+    # every box-drawing command is a box for the hedging guard
+    (r"\framebox{41} or \boxed{42}", "42"),
+    (r"\framebox[2cm][c]{41} or \boxed{42}", "42"),
+    (r"\boxed{42} or \framebox{41}", "42"),
+    (r"\fbox{41} or \boxed{42}", "42"),
+    (r"\colorbox{yellow}{41} or \boxed{42}", "42"),
+    (r"\fcolorbox{red}{white}{41} or \boxed{42}", "42"),
+    # a plain-text plus-minus is a plus-minus
+    (box("+-3"), "-3"),
+    (box("+-3"), "3"),
+    (box("-+3"), "-3"),
+    (box("+ - 3"), "-3"),
+    (box("3 +- 1"), "3"),
+    (box("2+-3"), "-1"),  # refused too: "+-" is never read as "+ (-3)"
+    # a mixed number is never a product
+    (box(r"2\frac{1}{2}"), "1"),
+    (box(r"2\frac12"), "1"),
+    (box(r"2\frac{1}{2}"), "2"),
+]
+
+
+@pytest.mark.parametrize(("completion", "answer"), HIDDEN_HEDGES)
+def test_hedges_hidden_in_text_or_other_boxes_score_zero(completion: str, answer: str) -> None:
+    assert boxed_math(completion, answer) == 0.0
+
+
+# ---------------------------------------------------- common notations, both ways
+
+NOTATION = [
+    # thin-space thousands separators (groups of three, like commas)
+    (box(r"1\,000"), "1000"),
+    (box(r"1\,000\,000"), "1000000"),
+    (box("1000"), r"1\,000"),
+    (box(r"1\,234.5"), "1234.5"),
+    (box(r"-12\,345"), "-12345"),
+    (box(r"(1\,000, 2)"), "(1000, 2)"),
+    (box("1{,}000"), r"1\,000"),
+    # a gold with \pm: the same two values, written with one \pm or \mp
+    (box(r"\pm3"), r"\pm 3"),
+    (box(r"\pm 3"), r"\pm3"),
+    (box(r"1\pm\sqrt{2}"), r"1 \pm \sqrt{2}"),
+    (box(r"\mp 3"), r"\pm 3"),
+    (box(r"x = \pm 3"), r"\pm 3"),
+    (box(r"\frac{2 \pm \sqrt{8}}{2}"), r"1 \pm \sqrt{2}"),
+    (box(r"\pm\frac{1}{2}"), r"\pm 0.5"),
+    # relations, unions and matrices compare part by part, never as squeezed text
+    (box(r"x\le 3"), r"x \leq 3"),
+    (box(r"x \leqslant 3"), r"x\le3"),
+    (box(r"3 \geq x"), r"x \leq 3"),
+    (box(r"x > -2"), r"-2 < x"),
+    (box(r"x < \frac{1}{2}"), "x < 0.5"),
+    (box(r"1<x\le3"), r"1 < x \leq 3"),
+    (box("x+y=3"), "x + y = 3"),
+    (box(r"x \neq 2"), r"x \ne 2"),
+    (box(r"(-\infty,2)\cup(3,\infty)"), r"(-\infty, 2) \cup (3, \infty)"),
+    (box(r"(3, \infty) \cup (-\infty, 2)"), r"(-\infty, 2) \cup (3, \infty)"),
+    (box(r"(-\infty, 0.5] \cup [3, \infty)"), r"(-\infty, \frac{1}{2}] \cup [3, \infty)"),
+    (box(r"[-2,\ 2]"), "[-2, 2]"),
+    (box(r"\begin{pmatrix}1&2\\3&4\end{pmatrix}"), r"\begin{pmatrix} 1 & 2 \\ 3 & 4 \end{pmatrix}"),
+    (box(r"\begin{pmatrix} 0.5 & -1 \\ 0 & 2 \\ \end{pmatrix}"), r"\begin{pmatrix} \frac{1}{2} & -1 \\ 0 & 2 \end{pmatrix}"),
+    (box(r"\begin{bmatrix} \sqrt{8} \\ x+1 \end{bmatrix}"), r"\begin{bmatrix} 2\sqrt{2} \\ 1+x \end{bmatrix}"),
+    # units after any answer, degree signs in every spelling
+    (box(r"45^\circ\text{ C}"), "45"),
+    (box(r"45^{\circ}\mathrm{C}"), "45"),
+    (box(r"2\sqrt{2}\text{ cm}"), r"2\sqrt{2}"),
+    (box(r"3\text{ km/h}"), "3"),
+    (box(r"3\text{ miles per hour}"), "3"),
+    (box(r"20\text{ square units}"), "20"),
+    (box(r"18\text{ dollars}"), "18"),
+    (box(r"6\,\mathrm{cm}^{2}"), "6"),
+    (box(r"12\text{ percent}"), "12"),
+    # delimiters: null ones and sized ones
+    (box(r"\left. 5 \right."), "5"),
+    (box(r"\bigl(1, 2\bigr)"), "(1,2)"),
+    (box(r"\Bigl[0, 1\Bigr]"), "[0,1]"),
+    (box(r"\biggl(\frac{1}{2}, 3\biggr)"), "(0.5, 3)"),
+    # continued fractions
+    (box(r"\cfrac{1}{2}"), "0.5"),
+    (box(r"\cfrac{1}{1+\cfrac{1}{2}}"), r"\frac{2}{3}"),
+    # the last box may be any box
+    (r"\framebox{42}", "42"),
+    (r"\boxed{42} i.e. \framebox{42}", "42"),
+    (r"\fcolorbox{red}{white}{42}", "42"),
+]
+
+
+@pytest.mark.parametrize(("completion", "answer"), NOTATION)
+def test_common_notations_score_one(completion: str, answer: str) -> None:
+    assert boxed_math(completion, answer) == 1.0
+
+
+NOTATION_NEAR_MISSES = [
+    # each is one of the notations above with a wrong part: still 0
+    (box(r"1\,00"), "100"),
+    (box(r"12\,345\,6"), "123456"),
+    (box(r"\pm 4"), r"\pm 3"),
+    (box("3"), r"\pm 3"),
+    (box(r"1 \pm \sqrt{3}"), r"1 \pm \sqrt{2}"),
+    (box(r"\pm 3 \pm 1"), r"\pm 3"),
+    (box(r"\pm 3 \text{ or } 4"), r"\pm 3"),
+    (box(r"\sqrt{2} \pm 1"), r"1 \pm \sqrt{2}"),
+    (box("x < 3"), r"x \leq 3"),
+    (box("x > 3"), "x < 3"),
+    (box("3 > x"), "x > 3"),
+    (box(r"x \leq 3"), "3"),
+    (box("3"), r"x \leq 3"),
+    (box(r"1 < x < 3"), r"1 < x \leq 3"),
+    (box(r"(-\infty, 2] \cup (3, \infty)"), r"(-\infty, 2) \cup (3, \infty)"),
+    (box(r"(-\infty, 2)"), r"(-\infty, 2) \cup (3, \infty)"),
+    (box(r"(-\infty, 2) \cup (3, \infty) \cup (5, 6)"), r"(-\infty, 2) \cup (3, \infty)"),
+    (box(r"\begin{bmatrix}1&2\\3&4\end{bmatrix}"), r"\begin{pmatrix}1&2\\3&4\end{pmatrix}"),
+    (box(r"\begin{pmatrix}1&3\\2&4\end{pmatrix}"), r"\begin{pmatrix}1&2\\3&4\end{pmatrix}"),
+    (box(r"\begin{pmatrix}1&2&3\\4\end{pmatrix}"), r"\begin{pmatrix}1&2\\3&4\end{pmatrix}"),
+    (box(r"45^\circ\text{ K}"), "45"),
+    (box(r"5\text{ apples}"), "5"),  # a counted noun outside the unit list is kept
+    (box(r"\frac{\pi}{2}\text{ radians or 90 degrees}"), r"\frac{\pi}{2}"),
+    (box(r"12\text{ percent}"), "0.12"),
+    (box(r"\left. 5 \right."), "6"),
+    (r"\framebox{41}", "42"),
+]
+
+
+@pytest.mark.parametrize(("completion", "answer"), NOTATION_NEAR_MISSES)
+def test_notation_near_misses_score_zero(completion: str, answer: str) -> None:
+    assert boxed_math(completion, answer) == 0.0
+
+
+# Each decision documented in docs/verifiers.md ("Round-2 decisions"), both ways where
+# the decision is to accept: (completion, gold, reward).
+DECISIONS = [
+    # Unicode minus: a look-alike, not folded (as full-width digits are not)
+    (box("\u22123"), "-3", 0.0),
+    (box("3\u22121"), "2", 0.0),
+    # degree sign: U+00B0 and \degree are degree signs, dropped like ^\circ
+    (box("45\u00b0"), "45", 1.0),
+    (box("45\u00b0C"), "45", 1.0),
+    (box(r"45\degree"), "45", 1.0),
+    (box("45\u00b0"), "46", 0.0),
+    # \textbf{(C)} is \text{(C)}: font commands around a whole answer are dropped
+    (box(r"\textbf{(C)}"), r"\text{(C)}", 1.0),
+    (box(r"\text{(C)}"), r"\textbf{(C)}", 1.0),
+    (box("C"), r"\text{(C)}", 1.0),
+    (box(r"\textbf{(D)}"), r"\text{(C)}", 0.0),
+    # a trailing period inside the box is refused (as "42." always was)
+    (box("42."), "42", 0.0),
+    (box(r"\frac{1}{2}."), "0.5", 0.0),
+    (box("x = 5."), "5", 0.0),
+    # a repeating decimal is the exact fraction it denotes
+    (box(r"0.\overline{3}"), r"\frac{1}{3}", 1.0),
+    (box(r"0.1\overline{6}"), "1/6", 1.0),
+    (box(r"-0.\overline{142857}"), r"-\frac{1}{7}", 1.0),
+    (box(r"0.\overline{9}"), "1", 1.0),
+    (box(r"\frac{4}{33}"), r"0.\overline{12}", 1.0),
+    (box(r"0.\overline{3}"), "0.3333", 0.0),
+    (box("0.3333"), r"0.\overline{3}", 0.0),
+    (box(r"0.\overline{12}"), "0.12", 0.0),
+    # sets and bare lists in any order (multisets); tuples and intervals in order
+    (box(r"\{2, 1\}"), r"\{1,2\}", 1.0),
+    (box(r"\{3, \frac{1}{2}, -1\}"), r"\{-1, 0.5, 3\}", 1.0),
+    (box("-3, 3"), "3, -3", 1.0),
+    (box(r"\{1, 1, 2\}"), r"\{1, 2, 2\}", 0.0),
+    (box(r"\{1, 2\}"), r"\{1, 2, 3\}", 0.0),
+    (box("(2, 1)"), "(1, 2)", 0.0),
+    (box("3, -3"), r"\pm 3", 0.0),  # a list is not spelled \pm, and the other way round
+    # real cube roots of negatives (odd roots of negative numbers are real)
+    (box(r"\sqrt[3]{-8}"), "-2", 1.0),
+    (box(r"\sqrt[5]{-32}"), "-2", 1.0),
+    (box(r"\sqrt[3]{-2}"), r"-\sqrt[3]{2}", 1.0),
+    (box(r"\sqrt[3]{-8}"), "2", 0.0),
+    (box(r"\sqrt{-4}"), "-2", 0.0),
+    # \cfrac and \bigl( \bigr): see NOTATION; a mixed number is its value as a whole
+    # answer, and refused inside an expression (a product to TeX, a sum to a reader)
+    (box(r"2\frac{1}{2}"), r"\frac{5}{2}", 1.0),
+    (box(r"2 \frac{1}{2}"), "2.5", 1.0),
+    (box(r"-2\frac{1}{2}"), "-2.5", 1.0),
+    (box(r"2\frac{1}{2}\text{ inches}"), "5/2", 1.0),
+    (box("13/4"), r"3\frac{1}{4}", 1.0),
+    (box(r"1 + 2\frac{1}{2}"), "3.5", 0.0),
+    (box(r"1 + 2\frac{1}{2}"), "2", 0.0),
+    (box(r"2\frac{3}{2}"), "3.5", 0.0),
+    (box(r"2\frac{x}{3}"), r"\frac{2x}{3}", 1.0),  # not a mixed number: a product
+]
+
+
+@pytest.mark.parametrize(("completion", "answer", "expected"), DECISIONS)
+def test_documented_decisions(completion: str, answer: str, expected: float) -> None:
+    assert boxed_math(completion, answer) == expected
+
+
+# ------------------------------------------------------------- warm-up in the pool
+
+
+def boxed_math_if_warm(completion: str, answer: str) -> float:
+    """boxed_math, but -1.0 if sympy was not imported before this item came."""
+    return boxed_math(completion, answer) if "sympy" in sys.modules else -1.0
+
+
+boxed_math_if_warm.warm_up = boxed_math.warm_up  # type: ignore[attr-defined]
+
+
+def warm_up_fails(completion: str, answer: str) -> float:
+    return 1.0
+
+
+def _broken_warm_up() -> None:
+    raise RuntimeError("no model files")
+
+
+warm_up_fails.warm_up = _broken_warm_up  # type: ignore[attr-defined]
+
+
+def test_boxed_math_warm_up_imports_sympy_in_a_fresh_process() -> None:
+    script = """
+import sys
+from rlvr.verifiers import boxed_math
+assert "sympy" not in sys.modules
+boxed_math.warm_up()
+assert "sympy" in sys.modules
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 0, result.stderr
+
+
+def test_pool_warms_a_worker_before_its_first_item() -> None:
+    from rlvr.verifiers.pool import VerifierPool
+
+    items = [box(r"\sqrt[3]{-8}+x"), box(r"\sqrt[3]{16}")]  # both need sympy
+    with VerifierPool("test_verifier_math:boxed_math_if_warm", workers=1, timeout_s=30.0) as pool:
+        result = pool.score(items, ["x-2", r"2\sqrt[3]{2}"])
+    assert result.scores == [1.0, 1.0]
+    assert max(result.item_seconds) < 0.25, result.item_seconds  # the import alone is ~0.3-1.3 s
+
+
+def test_a_failing_warm_up_fails_the_pool_start() -> None:
+    from rlvr.verifiers.pool import VerifierPool
+
+    with pytest.raises(RuntimeError, match="no model files"):
+        with VerifierPool("test_verifier_math:warm_up_fails", workers=1, timeout_s=30.0) as pool:
+            pool.score(["a"], ["a"])
 
 
 # ----------------------------------------------------------- never evaluates the text
@@ -379,6 +654,12 @@ PATHOLOGICAL = [
     (r"\boxed{" * 10_000, "5", 0.0),
     ("\\" * 100_000 + r"\boxed{5}", "5", 1.0),  # 50,000 LaTeX line breaks, then a box
     ("x" * 1_000_000 + r"\boxed{5}", "5", 1.0),
+    # lists compared in any order: pairing is not quadratic in sympy calls or time
+    (r"\boxed{" + ",".join(map(str, range(129, -1, -1))) + "}", ",".join(map(str, range(130))), 1.0),
+    (r"\boxed{" + ",".join(map(str, range(128, -1, -1))) + ",999}", ",".join(map(str, range(130))), 0.0),
+    (r"\boxed{" + ",".join(f"0.{i}0" for i in range(10, 90)) + "}", ",".join(f"0.{i}" for i in range(89, 9, -1)), 1.0),
+    (r"\boxed{\{" + ",".join(f"x+{i}" for i in range(60)) + r"\}}", r"\{" + ",".join(f"{i}+x" for i in range(60)) + r"\}", 0.0),
+    (r"\boxed{" + r"\cup".join(f"({i},{i + 1})" for i in range(40)) + "}", r"\cup".join(f"({i},{i + 1})" for i in range(39, -1, -1)), 1.0),
 ]
 
 # Inputs that once took seconds to minutes inside sympy (found by fuzzing), each with
@@ -442,7 +723,8 @@ def test_caches_never_change_a_verdict() -> None:
     # The symbolic verdict cache stores (verdict, cost) and the caller still pays the
     # cost from its own budget, so a warm cache must give the cold verdicts, budget
     # traps included (the sixteen heavy boxes run out of budget either way).
-    cases = [(boxed_unless_boxed(c), a) for c, a, _ in SYMPY_TRAPS] + [(c, a) for c, a in CORRECT + WRONG]
+    cases = [(boxed_unless_boxed(c), a) for c, a, _ in SYMPY_TRAPS + DECISIONS]
+    cases += [(c, a) for c, a in CORRECT + WRONG + HIDDEN_HEDGES + NOTATION + NOTATION_NEAR_MISSES]
     cold = []
     for completion, answer in cases:
         verifier_math.clear_caches()
@@ -498,8 +780,9 @@ def test_fast_path_costs_microseconds() -> None:
 # ------------------------------------------------------------------------- threads
 
 ALL_CASES = (
-    [(c, a, 1.0) for c, a in CORRECT]
-    + [(c, a, 0.0) for c, a in WRONG]
+    [(c, a, 1.0) for c, a in CORRECT + NOTATION]
+    + [(c, a, 0.0) for c, a in WRONG + HIDDEN_HEDGES + NOTATION_NEAR_MISSES]
+    + DECISIONS
     + [(c, a, e) for c, a, e in PATHOLOGICAL if len(c) + len(a) < 50_000]
 )
 

@@ -280,10 +280,21 @@ def test_many_boxes_same_rewards_and_budget(monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_existing_cases_same_rewards_without_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every hand-written case of test_verifier_math.py (correct, wrong, pathological,
-    sympy traps) scores the same with and without the fast path, so those tests keep
+    sympy traps, notations, hedges, decisions) scores the same with and without the fast path, so those tests keep
     covering the sympy path too."""
-    from test_verifier_math import CORRECT, PATHOLOGICAL, SYMPY_TRAPS, WRONG, boxed_unless_boxed
+    from test_verifier_math import (
+        CORRECT,
+        DECISIONS,
+        HIDDEN_HEDGES,
+        NOTATION,
+        NOTATION_NEAR_MISSES,
+        PATHOLOGICAL,
+        SYMPY_TRAPS,
+        WRONG,
+        boxed_unless_boxed,
+    )
 
-    cases = [(c, a) for c, a in CORRECT + WRONG] + [(boxed_unless_boxed(c), a) for c, a, _ in PATHOLOGICAL + SYMPY_TRAPS]
+    cases = [(c, a) for c, a in CORRECT + WRONG + HIDDEN_HEDGES + NOTATION + NOTATION_NEAR_MISSES]
+    cases += [(boxed_unless_boxed(c), a) for c, a, _ in PATHOLOGICAL + SYMPY_TRAPS + DECISIONS]
     fast, slow = rewards_with_and_without_fast_path(cases, monkeypatch)
     assert fast == slow

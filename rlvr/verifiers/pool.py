@@ -25,6 +25,8 @@ API (for the training loop)::
 ``score`` may be called from any thread (one batch at a time per pool; a lock
 serialises callers). Workers start with ``spawn`` (no state inherited from a
 threaded parent) and are reused across calls; starting one costs about half a second.
+A verifier function with a callable ``warm_up`` attribute has it called once in each
+worker before the worker takes items (``boxed_math`` imports sympy there).
 """
 
 from __future__ import annotations
@@ -84,6 +86,11 @@ def resolve_verifier(spec: VerifierSpec) -> Callable[[str, str], float]:
 def _worker_main(conn: Connection, spec: VerifierSpec) -> None:
     try:
         fn = resolve_verifier(spec)
+        # A verifier may declare a warm-up (imports, caches) to run before the worker
+        # reports ready, so that no timed item pays for it.
+        warm_up = getattr(fn, "warm_up", None)
+        if callable(warm_up):
+            warm_up()
     except BaseException as err:
         conn.send(("init_error", f"{type(err).__name__}: {err}"))
         return

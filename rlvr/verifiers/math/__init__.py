@@ -3,6 +3,7 @@
 The package reads in the order of a verdict: ``extract`` (the last box),
 ``normalise`` (canonical spelling, exact numbers), ``parse`` + ``guards`` (a LaTeX
 subset into size-bounded sympy), ``fast`` (the same subset in exact arithmetic),
+``forms`` (answers of several parts: lists, sets, unions, relations, matrices, ``\\pm``),
 ``equal`` (equivalence); this file holds the reward.
 
 A lenient verifier gets gamed by the policy (hedging, listing candidates, dumping a
@@ -51,6 +52,7 @@ from __future__ import annotations
 from rlvr.verifiers.math.equal import _Budget, _equivalent, _symbolic_verdict
 from rlvr.verifiers.math.extract import MAX_ANSWER_CHARS, _boxes, _unwrap_nested, extract_last_boxed
 from rlvr.verifiers.math.fast import _exact
+from rlvr.verifiers.math.forms import _canonical
 from rlvr.verifiers.math.normalise import _normalise, _normalise_cached
 from rlvr.verifiers.math.parse import _to_sympy
 
@@ -68,6 +70,7 @@ def clear_caches() -> None:
     _to_sympy.cache_clear()
     _exact.cache_clear()
     _symbolic_verdict.cache_clear()
+    _canonical.cache_clear()
 
 
 def _verdict(completion: str, answer: str) -> bool:
@@ -110,3 +113,15 @@ def boxed_math(completion: str, answer: str) -> float:
         return 1.0 if _verdict(completion, answer) else 0.0
     except Exception:  # the reward must never take down a training step
         return 0.0
+
+
+def _warm_up() -> None:
+    """Import sympy and run one symbolic comparison, so that a fresh process's first
+    answer that needs sympy does not pay the 0.3-1.3 s import (the verification pool
+    calls this in each worker before it takes items). Verdicts do not change."""
+    # cube roots keep it off the exact fast path; the expansion runs sympy's numeric
+    # probes and exact rewrites once (the first cancel() alone costs ~25 ms)
+    boxed_math(r"\boxed{\sqrt[3]{2}(x+1)^2}", r"\sqrt[3]{2}x^2+2\sqrt[3]{2}x+\sqrt[3]{2}")
+
+
+boxed_math.warm_up = _warm_up  # type: ignore[attr-defined]

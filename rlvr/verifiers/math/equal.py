@@ -13,6 +13,16 @@ from typing import Any, Callable
 
 from rlvr.verifiers.math.extract import _A
 from rlvr.verifiers.math.fast import _exact_verdict
+from rlvr.verifiers.math.forms import (
+    _canonical,
+    _mirrored,
+    _plus_minus_count,
+    _plus_minus_values,
+    _split_list,
+    _split_matrix,
+    _split_relations,
+    _split_union,
+)
 from rlvr.verifiers.math.guards import (
     _COMPARISON_CHARGE,
     _MAX_DENEST_RADICALS,
@@ -142,57 +152,11 @@ def _symbolically_equal(a: Any, b: Any, diff: Any) -> bool:
 
 # --------------------------------------------------------------------------- equivalence
 
-_HEDGE = re.compile(r"\\(?:pm|mp|lor|vee)(?![A-Za-z])|\b(?:or|and)\b", _A)
-_OPEN = ("(", "[", "\\{")
-_CLOSE = (")", "]", "\\}")
-
-
-def _top_level_commas(s: str) -> tuple[list[int], bool]:
-    """Positions of commas outside any bracket, and whether the brackets balance."""
-    commas: list[int] = []
-    depth, i = 0, 0
-    while i < len(s):
-        c = s[i]
-        if c == "\\":
-            if s[i + 1 : i + 2] in ("{", "}"):
-                depth += 1 if s[i + 1] == "{" else -1
-            i += 2
-            continue
-        if c in "([{":
-            depth += 1
-        elif c in ")]}":
-            depth -= 1
-        elif c == "," and depth == 0:
-            commas.append(i)
-        if depth < 0:
-            return commas, False
-        i += 1
-    return commas, depth == 0
-
-
-def _split_list(s: str) -> tuple[str, list[str]] | None:
-    """``(1, 2)`` -> ``("()", ["1", "2"])``; None when ``s`` is not a list of 2+ items.
-
-    The delimiters are part of the answer: ``(1, 2)`` (a point or open interval),
-    ``[1, 2]`` and a bare ``1, 2`` are all different.
-    """
-    opener = next((o for o in _OPEN if s.startswith(o)), "")
-    closer = next((c for c in _CLOSE if s.endswith(c)), "")
-    inner = s
-    if opener and closer:
-        commas, balanced = _top_level_commas(s[len(opener) : len(s) - len(closer)])
-        if balanced and commas:
-            inner = s[len(opener) : len(s) - len(closer)]
-        else:
-            opener = closer = ""
-    else:
-        opener = closer = ""
-    commas, balanced = _top_level_commas(inner)
-    if not balanced or not commas:
-        return None
-    bounds = [-1, *commas, len(inner)]
-    parts = [inner[bounds[j] + 1 : bounds[j + 1]] for j in range(len(bounds) - 1)]
-    return opener + closer, [_normalise(p) for p in parts]
+# Candidates that list several answers: "41 or 42", "\pm 3" (unless the gold has a
+# \pm), "+-3" (a plain-text \pm, also "-+3").
+_HEDGE = re.compile(r"\\(?:pm|mp|lor|vee)(?![A-Za-z])|\b(?i:or|and)\b|\+\s*-|-\s*\+", _A)
+_BRACED_THOUSANDS = re.compile(r"-?[0-9]{1,3}(?:\{,\}[0-9]{3})+(?:\.[0-9]+)?", _A)
+_MAX_NESTING = 6  # lists of lists of ...: deeper is refused
 
 
 def _scalar_equal(cand: str, gold: str, budget: _Budget) -> bool:
@@ -200,32 +164,122 @@ def _scalar_equal(cand: str, gold: str, budget: _Budget) -> bool:
         return True
     if not cand or not gold:
         return False
+    # "1{,}000" cannot be a list, so inside a tuple it is still one thousand
+    if _BRACED_THOUSANDS.fullmatch(cand):
+        cand = cand.replace("{,}", "")
+    if _BRACED_THOUSANDS.fullmatch(gold):
+        gold = gold.replace("{,}", "")
     fast = _same_number(cand, gold)
     if fast is not None:
         return fast  # both plain numbers: decided without sympy
+    if _canonical(cand) == _canonical(gold):
+        return True  # the same TeX up to spacing and optional braces
     if not budget.spend(_COMPARISON_CHARGE):
         return False
     equal, cost = _symbolic_verdict(cand, gold)
     return budget.spend(cost) and equal
 
 
-def _equivalent(cand: str, gold: str, budget: _Budget) -> bool:
+def _all_equal(cands: list[str], golds: list[str], budget: _Budget, depth: int) -> bool:
+    return len(cands) == len(golds) and all(
+        _equivalent(_normalise(c), _normalise(g), budget, depth) for c, g in zip(cands, golds)
+    )
+
+
+def _same_multiset(cands: list[str], golds: list[str], budget: _Budget, depth: int) -> bool:
+    """Whether the items match one to one in some order (each gold item used once).
+
+    Identical items are paired first (a dict lookup each), the rest greedily: since
+    equivalence is transitive, a greedy matching finds one if any exists. Item ``i``
+    tries gold item ``i`` first, so a list in the gold's order costs one comparison
+    per item.
+    """
+    if len(cands) != len(golds):
+        return False
+    cands, golds = [_normalise(c) for c in cands], [_normalise(g) for g in golds]
+    by_text: dict[str, list[int]] = {}
+    for j, g in enumerate(golds):
+        by_text.setdefault(g, []).append(j)
+    rest = []
+    for i, c in enumerate(cands):
+        if by_text.get(c):
+            by_text[c].pop()
+        else:
+            rest.append(i)
+    free = sorted(j for js in by_text.values() for j in js)
+    for i in rest:
+        order = ([i] if i in free else []) + [j for j in free if j != i]
+        match = next((j for j in order if _equivalent(cands[i], golds[j], budget, depth)), None)
+        if match is None:
+            return False
+        free.remove(match)
+    return True
+
+
+def _equivalent(cand: str, gold: str, budget: _Budget, depth: int = 0) -> bool:
     """Whether two normalised, non-empty answers are the same answer."""
     if cand == gold:
         return True
+    if not cand or not gold or depth > _MAX_NESTING:
+        return False
+    depth += 1
     if _THOUSANDS.fullmatch(gold) or _exact_number(gold) is not None:
         # "1,000" is one thousand only when a single number is expected at all
         if _THOUSANDS.fullmatch(cand):
             cand = cand.replace("{,}", "").replace(",", "")
         gold = gold.replace("{,}", "").replace(",", "")
+        fast = _same_number(cand, gold)
+        if fast is not None:
+            return fast  # two plain numbers (the common case): no hedge, no parts
+    if "\\pm" in gold or "\\mp" in gold:
+        # A gold "1 \pm \sqrt{2}" is the set of its two values; a candidate must be
+        # written with one \pm too and have the same two values, in either order.
+        if _plus_minus_count(gold) != 1 or _plus_minus_count(cand) != 1:
+            return _canonical(cand) == _canonical(gold)
+        if _HEDGE.search(_plus_minus_values(cand)[0]):
+            return False  # another hedge besides the \pm
+        return _same_multiset(list(_plus_minus_values(cand)), list(_plus_minus_values(gold)), budget, depth)
     if _HEDGE.search(cand):
-        return False  # "41 or 42", "\pm 3": a list of candidates is not an answer
-    c_list, g_list = _split_list(cand), _split_list(gold)
-    if c_list is None or g_list is None:
-        return c_list is None and g_list is None and _scalar_equal(cand, gold, budget)
-    (c_delims, c_items), (g_delims, g_items) = c_list, g_list
-    return (
-        c_delims == g_delims
-        and len(c_items) == len(g_items)
-        and all(_scalar_equal(c, g, budget) for c, g in zip(c_items, g_items))
-    )
+        return _canonical(cand) == _canonical(gold)  # a list of candidates, unless the gold says so
+    matrices = _split_matrix(cand), _split_matrix(gold)
+    if matrices != (None, None):
+        if None in matrices:
+            return False
+        (c_env, c_rows), (g_env, g_rows) = matrices  # type: ignore[misc]
+        return c_env == g_env and len(c_rows) == len(g_rows) and all(
+            _all_equal(c, g, budget, depth) for c, g in zip(c_rows, g_rows)
+        )
+    relations = _split_relations(cand), _split_relations(gold)
+    if relations != (None, None):
+        if None in relations:
+            return False
+        (c_sides, c_ops), (g_sides, g_ops) = relations  # type: ignore[misc]
+        return _relations_equal(c_sides, c_ops, g_sides, g_ops, budget, depth)
+    unions = _split_union(cand), _split_union(gold)
+    if unions != (None, None):
+        # a union of sets in any order: (3, \infty) \cup (-\infty, 2) is the same set
+        return None not in unions and _same_multiset(unions[0], unions[1], budget, depth)  # type: ignore[arg-type]
+    lists = _split_list(cand), _split_list(gold)
+    if lists != (None, None):
+        if None in lists:
+            return False
+        (c_delims, c_items), (g_delims, g_items) = lists  # type: ignore[misc]
+        if c_delims != g_delims:
+            return False
+        # sets and bare lists ("all solutions, separated by commas") in any order;
+        # tuples and intervals in order
+        if c_delims in ("", "\\{\\}"):
+            return _same_multiset(c_items, g_items, budget, depth)
+        return _all_equal(c_items, g_items, budget, depth)
+    return _scalar_equal(cand, gold, budget)
+
+
+def _relations_equal(
+    c_sides: list[str], c_ops: list[str], g_sides: list[str], g_ops: list[str], budget: _Budget, depth: int
+) -> bool:
+    """``x < 3`` equals ``x<3`` and ``3 > x``: the same relations between equal sides,
+    read in either direction."""
+    if c_ops == g_ops and _all_equal(c_sides, g_sides, budget, depth):
+        return True
+    m_sides, m_ops = _mirrored(c_sides, c_ops)
+    return m_ops == g_ops and m_ops != c_ops and _all_equal(m_sides, g_sides, budget, depth)

@@ -13,7 +13,13 @@ __all__ = ["MAX_ANSWER_CHARS", "extract_last_boxed"]
 MAX_ANSWER_CHARS = 500
 _A = re.ASCII  # "\d", "\s" must never match full-width digits or other look-alikes
 
-_BOX_CMD = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])\s*", _A)
+# Every command that draws a box around its last argument: a box anywhere is an answer
+# the completion shows, so the hedging guard must see all of them. The number says how
+# many colour arguments come before the boxed one (``\fcolorbox{frame}{fill}{...}``).
+_BOX_CMD = re.compile(r"\\(boxed|fbox|framebox|colorbox|fcolorbox)(?![A-Za-z])\s*", _A)
+_COLOUR_ARGS = {"boxed": 0, "fbox": 0, "framebox": 0, "colorbox": 1, "fcolorbox": 2}
+_OPTIONAL_ARGS = {"boxed": 0, "fbox": 0, "framebox": 2, "colorbox": 1, "fcolorbox": 1}
+_OPTIONAL_ARG = re.compile(r"\[[^\[\]{}]*\]\s*", _A)  # [width], [position], [colour model]
 
 
 def _match_brace(text: str, open_at: int) -> int | None:
@@ -39,6 +45,33 @@ def _match_brace(text: str, open_at: int) -> int | None:
     return None
 
 
+def _content_brace(text: str, m: re.Match[str]) -> tuple[int | None, int]:
+    """Where the boxed argument of the box command ``m`` opens, and where scanning goes on.
+
+    Skips ``\\framebox``'s ``[width][position]`` and the colour arguments of
+    ``\\colorbox``/``\\fcolorbox``. ``(None, pos)`` for a malformed command; ``pos`` is
+    ``len(text)`` when an unclosed brace swallowed the rest of the text.
+    """
+    pos = m.end()
+    for _ in range(_OPTIONAL_ARGS[m.group(1)]):
+        opt = _OPTIONAL_ARG.match(text, pos)
+        if opt is None:
+            break
+        pos = opt.end()
+    for _ in range(_COLOUR_ARGS[m.group(1)]):
+        if text[pos : pos + 1] != "{":
+            return None, pos
+        end = _match_brace(text, pos)
+        if end is None:
+            return None, len(text)
+        pos = end + 1
+        while pos < len(text) and text[pos].isspace():
+            pos += 1
+    if text[pos : pos + 1] != "{":
+        return None, pos
+    return pos, pos
+
+
 def _boxes(text: str) -> list[str | None]:
     """Raw contents of the top-level boxes in order; None marks a malformed box.
 
@@ -48,10 +81,11 @@ def _boxes(text: str) -> list[str | None]:
     found: list[str | None] = []
     pos = 0
     while (m := _BOX_CMD.search(text, pos)) is not None:
-        start = m.end()
-        if start >= len(text) or text[start] != "{":
+        start, pos = _content_brace(text, m)
+        if start is None:
             found.append(None)
-            pos = start
+            if pos >= len(text):
+                break
             continue
         end = _match_brace(text, start)
         if end is None:
@@ -67,15 +101,17 @@ def _unwrap_nested(content: str) -> str:
     while True:
         s = content.strip()
         m = _BOX_CMD.match(s)
-        if m is None or not s.endswith("}") or s[m.end() : m.end() + 1] != "{":
+        if m is None or not s.endswith("}"):
             return content
-        if _match_brace(s, m.end()) != len(s) - 1:
+        start, _ = _content_brace(s, m)
+        if start is None or _match_brace(s, start) != len(s) - 1:
             return content
-        content = s[m.end() + 1 : -1]
+        content = s[start + 1 : -1]
 
 
 def extract_last_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{...}``/``\\fbox{...}`` in ``text``.
+    """Content of the last box in ``text``: ``\\boxed``, ``\\fbox``, ``\\framebox``,
+    ``\\colorbox`` or ``\\fcolorbox`` (the argument they draw a box around).
 
     Returns None when there is no box, when the last box is malformed (no brace or an
     unclosed one) or when its content is longer than ``MAX_ANSWER_CHARS``. A box that

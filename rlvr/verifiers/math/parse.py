@@ -96,7 +96,9 @@ class _Parser:
                  | \\frac arg arg | \\sqrt ("[" expr "]")? arg
 
     A number right after a factor (``2 3``, ``0x2A``, ``4e1``) is refused rather than
-    multiplied. ``a^b^c`` is refused as in LaTeX (double superscript); ``2^10`` reads
+    multiplied, and so is a numeric ``\\frac`` right after a number (``2\\frac{1}{2}``,
+    a mixed number to a reader, a product to TeX). Odd roots of negative numbers are
+    real (``\\sqrt[3]{-8} = -2``). ``a^b^c`` is refused as in LaTeX (double superscript); ``2^10`` reads
     the whole number as the exponent, which is what writers of ``2^10`` mean.
     """
 
@@ -138,11 +140,23 @@ class _Parser:
                 self.take()
                 right = self.unary()
             elif tok in _STARTS_FACTOR or tok[0].isalpha() or tok[1:] in _GREEK:
+                if tok == "\\frac" and self.mixed_number():
+                    raise _Refused("a number then a numeric fraction: mixed number or product?")
                 right = self.power()  # implicit multiplication: "2x", "3\sqrt{2}"
             else:
                 break
             value = self.divide(value, right) if tok in _DIVIDE else self.multiply(value, right)
         return value
+
+    def mixed_number(self) -> bool:
+        """Whether the ``\\frac`` at the cursor follows a number and has a number on top,
+        as in ``2\\frac{1}{2}``. As a whole answer that is the mixed number 5/2
+        (``normalise`` rewrites it); inside an expression it is refused rather than read
+        as the product TeX would typeset the same way."""
+        before, after = self.tokens[self.i - 1], self.tokens[self.i + 1 : self.i + 3]
+        if not _is_numeric(before) or not after:
+            return False
+        return _is_numeric(after[0]) or (after[0] == "{" and len(after) > 1 and _is_numeric(after[1]))
 
     def unary(self) -> Any:
         negative = False
@@ -246,6 +260,10 @@ class _Parser:
         return index
 
     def root(self, radicand: Any, index: Any | None) -> Any:
+        # An odd root of a negative number is the real root, as in school:
+        # \sqrt[3]{-8} = -2 (sympy's (-8)^{1/3} would be the complex principal root).
+        if index is not None and index % 2 == 1 and radicand.is_Rational and radicand < 0:
+            return -self.pow(-radicand, 1 / index)
         return self.pow(radicand, 1 / (_sympy().Integer(2) if index is None else index))
 
     def pow(self, base: Any, exponent: Any) -> Any:
