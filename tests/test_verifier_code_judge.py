@@ -23,6 +23,8 @@ from rlvr.verifiers.code import parse_tests, python_code, run_python_tests
 from rlvr.verifiers.judge import MAX_SAME_HASH, JudgeError, compile_assert, decode_value, evaluate, host_names
 from rlvr.verifiers.sandbox import Limits, SandboxRun, parse_result_line
 
+# "Fails fast" is measured in CPU seconds of this process (time.process_time): a wall clock
+# would move with whatever else the machine runs.
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None and not os.environ.get("CI"), reason="bubblewrap missing")
 FAST = Limits(test_s=1.0, total_s=8.0)
 
@@ -229,16 +231,21 @@ def test_setup_names_belong_to_the_sandbox_and_math_imports_to_the_host() -> Non
         "assert 'x'.center(10**9) == 'x'",
         "assert ('ab' * 1000).replace('', 'c' * 1000) == ''",
         "assert len([x for x in range(10**6) for y in range(10**6)]) == 0",
+        "assert [[0] * 10**6] * 10**6 == [[0] * 10**6] * 10**6",
+        "assert [a for a in [[0] * 10**6] for _ in range(3 * 10**5)] == []",
+        "assert list(map(lambda _: [0] * 10**6, range(10**5))) == []",
+        "assert str(['x' * 10**6] * 10**3) == ''",
+        "assert type('X', (), {})() == 1",
     ],
 )
 def test_expensive_host_evaluation_fails_fast(test: str) -> None:
     names = host_names("")
     probes: list[str] = []
     compiled = compile_assert(0, test, names, probes)
-    start = time.perf_counter()
+    start = time.process_time()
     with pytest.raises(JudgeError):
         evaluate(compiled, names, lambda i: 3, deadline=time.monotonic() + 5)
-    assert time.perf_counter() - start < 2.0
+    assert time.process_time() - start < 2.0
 
 
 def test_judging_time_counts_against_the_jobs_limit(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -281,10 +288,10 @@ def colliding(n: int) -> list:
     ],
 )
 def test_forged_values_fail_without_raising_or_stalling(tokens: object, message: str) -> None:
-    start = time.perf_counter()
+    start = time.process_time()
     with pytest.raises(JudgeError, match=message):
         decode_value(tokens)
-    assert time.perf_counter() - start < 1.0
+    assert time.process_time() - start < 1.0
 
 
 def test_honest_values_round_trip_through_the_flat_encoding() -> None:
@@ -317,9 +324,9 @@ def test_any_token_soup_decodes_or_fails_cleanly(tokens: list) -> None:
     ],
 )
 def test_forged_lines_are_dropped_not_decoded(line: bytes) -> None:
-    start = time.perf_counter()
+    start = time.process_time()
     assert parse_result_line(line) is None
-    assert time.perf_counter() - start < 1.0
+    assert time.process_time() - start < 1.0
 
 
 def test_forged_results_score_zero_end_to_end(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -331,7 +338,7 @@ def test_forged_results_score_zero_end_to_end(monkeypatch: pytest.MonkeyPatch) -
     ]
     monkeypatch.setattr(code_module, "run_job", lambda job, limits, sandbox: SandboxRun(lines=forged))
     tests = {"asserts": ["assert set(add(0, 0)) == {1}", "assert add(1, 1) == [2]", "assert add(2, 3) == 5", "assert add(1, 2) == 3"]}
-    start = time.perf_counter()
+    start = time.process_time()
     report = run_python_tests(fenced("def add(a, b):\n    return a + b"), tests)
-    assert time.perf_counter() - start < 2.0
+    assert time.process_time() - start < 2.0
     assert report.score == 0.0 and all(len(r.detail) <= 100 for r in report.results), report.results

@@ -35,8 +35,9 @@ MAX_NODES = 100_000  # tokens in one decoded value (the runner refuses larger va
 MAX_DEPTH = 100
 MAX_INT_BITS = 1 << 17  # ~39,000 decimal digits: any test's answer, never a stall
 MAX_LENGTH = 1_000_000  # items or characters of anything the judge builds
-MAX_STEPS = 1_000_000  # interpreter steps per assert
+MAX_STEPS = 250_000  # interpreter steps per assert (~0.3 s of CPU)
 MAX_SAME_HASH = 32  # members of one set or dict sharing a hash (honest data: ~1)
+MAX_PRODUCED = 10 * MAX_LENGTH  # logical size of all a comprehension or lambda builds, per assert
 
 
 class JudgeError(Exception):
@@ -48,6 +49,37 @@ class ProbeFailed(JudgeError):
 
 
 # ------------------------------------------------------------------------ what is trusted
+
+
+def _size_at_most(value: Any, limit: int) -> int:
+    """The logical size of `value` (items of every nested container, strings by 16 characters),
+    counted up to just past `limit`: the walk costs at most that, aliasing or not. `[[0] * 1000]
+    * 1000` is small in memory but a million to compare or print."""
+    total, todo = 0, [value]
+    while todo and total <= limit:
+        item = todo.pop()
+        total += 1
+        if isinstance(item, (str, bytes)):
+            total += len(item) // 16
+        elif isinstance(item, dict):
+            todo.extend(item.keys())
+            todo.extend(item.values())
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            todo.extend(item)
+    return total
+
+
+def _printable(fn: Callable[[Any], str]) -> Callable[[Any], str]:
+    def bounded(value: Any = "") -> str:
+        if _size_at_most(value, MAX_LENGTH // 16) > MAX_LENGTH // 16:
+            raise JudgeError(f"{fn.__name__}() of a value too large")
+        return fn(value)
+    bounded.__name__ = fn.__name__
+    return bounded
+
+
+def _safe_type(value: Any) -> type:
+    return type(value)  # one argument only: the judge builds no classes
 
 
 def _bounded_range(*args: int) -> range:
@@ -156,14 +188,16 @@ _BUILTINS: dict[str, Any] = {
     name: getattr(builtins, name)
     for name in (
         "abs", "all", "any", "bool", "chr", "complex", "divmod", "enumerate", "filter", "float", "int",
-        "isinstance", "len", "list", "map", "max", "min", "ord", "repr", "reversed", "sorted", "str",
-        "tuple", "zip", "type", "hex", "oct", "bin", "callable", "ascii",
+        "isinstance", "len", "list", "map", "max", "min", "ord", "reversed", "sorted",
+        "tuple", "zip", "hex", "oct", "bin", "callable",
     )
 }
 _BUILTINS.update(range=_bounded_range, set=_safe_set, frozenset=_safe_frozenset, dict=_safe_dict, pow=_safe_pow,
-                 bytes=_safe_bytes, sum=_safe_sum, round=_safe_round)
+                 bytes=_safe_bytes, sum=_safe_sum, round=_safe_round, type=_safe_type,
+                 str=_printable(str), repr=_printable(repr), ascii=_printable(ascii))
 # Calling a type the data can carry (``type(x)(...)``) goes through the same bounded versions.
-_SAFE_TYPES: dict[type, Callable] = {set: _safe_set, frozenset: _safe_frozenset, dict: _safe_dict, bytes: _safe_bytes}
+_SAFE_TYPES: dict[type, Callable] = {set: _safe_set, frozenset: _safe_frozenset, dict: _safe_dict, bytes: _safe_bytes,
+                                     str: _BUILTINS["str"], type: _safe_type, range: _bounded_range}
 _CALLABLE_TYPES = frozenset([type(None), *_SAFE_TYPES, *(v for v in _BUILTINS.values() if isinstance(v, type))])
 
 _MATH_NAMES = (
@@ -376,8 +410,9 @@ def _checked(value: Any) -> Any:
 
 
 def _repeat(seq: Any, n: Any) -> Any:
-    if isinstance(n, int) and isinstance(seq, (str, bytes, list, tuple)) and len(seq) * max(n, 0) > MAX_LENGTH:
-        raise JudgeError("repetition too large")
+    if isinstance(n, int) and n > 0 and isinstance(seq, (str, bytes, list, tuple)):
+        if len(seq) * n > MAX_LENGTH or _size_at_most(seq, MAX_LENGTH // n) * n > MAX_LENGTH * 2:
+            raise JudgeError("repetition too large")
     return seq * n
 
 
@@ -419,7 +454,15 @@ class _Interpreter:
     """Evaluates a compiled assert with trusted names, probe values and a step budget."""
 
     def __init__(self, names: dict[str, Any], probe: Callable[[int], Any], deadline: float) -> None:
-        self.names, self.probe, self.deadline, self.steps = names, probe, deadline, 0
+        self.names, self.probe, self.deadline, self.steps, self.produced = names, probe, deadline, 0, 0
+
+    def charge(self, value: Any) -> Any:
+        """Count what comprehensions and lambdas produce: aliasing one large value many times
+        would make a comparison or a print of the result unbounded."""
+        self.produced += _size_at_most(value, MAX_PRODUCED - self.produced)
+        if self.produced > MAX_PRODUCED:
+            raise JudgeError("comprehension or lambda results too large")
+        return value
 
     def run(self, node: ast.AST, env: dict[str, Any]) -> Any:
         self.steps += 1
@@ -549,7 +592,7 @@ class _Interpreter:
         def closure(*values: Any) -> Any:
             if len(values) != len(params):
                 raise TypeError(f"lambda takes {len(params)} arguments, {len(values)} given")
-            return self.run(node.body, {**env, **dict(zip(params, values))})
+            return self.charge(self.run(node.body, {**env, **dict(zip(params, values))}))
 
         return closure
 
@@ -580,7 +623,7 @@ class _Interpreter:
             self.bind(t, v, env)
 
     def do_GeneratorExp(self, node: ast.GeneratorExp, env: dict) -> Any:
-        return (self.run(node.elt, inner) for inner in self.bindings(node.generators, env))
+        return (self.charge(self.run(node.elt, inner)) for inner in self.bindings(node.generators, env))
 
     def do_ListComp(self, node: ast.ListComp, env: dict) -> Any:
         return _materialised(self.do_GeneratorExp(node, env), "list")  # type: ignore[arg-type]
@@ -589,7 +632,7 @@ class _Interpreter:
         return _safe_set(self.do_GeneratorExp(node, env))  # type: ignore[arg-type]
 
     def do_DictComp(self, node: ast.DictComp, env: dict) -> Any:
-        pairs = ((self.run(node.key, inner), self.run(node.value, inner)) for inner in self.bindings(node.generators, env))
+        pairs = (self.charge((self.run(node.key, inner), self.run(node.value, inner))) for inner in self.bindings(node.generators, env))
         return _safe_dict(pairs)
 
 
