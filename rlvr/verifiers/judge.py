@@ -37,7 +37,7 @@ MAX_INT_BITS = 1 << 17  # ~39,000 decimal digits: any test's answer, never a sta
 MAX_LENGTH = 1_000_000  # items or characters of anything the judge builds
 MAX_STEPS = 250_000  # interpreter steps per assert (~0.3 s of CPU)
 MAX_SAME_HASH = 32  # members of one set or dict sharing a hash (honest data: ~1)
-MAX_PRODUCED = 10 * MAX_LENGTH  # logical size of all a comprehension or lambda builds, per assert
+MAX_PRODUCED = 2 * MAX_LENGTH  # logical size of all comprehensions and lambdas build, per assert
 
 
 class JudgeError(Exception):
@@ -51,21 +51,25 @@ class ProbeFailed(JudgeError):
 # ------------------------------------------------------------------------ what is trusted
 
 
+_SIZED = frozenset([str, bytes, list, tuple, set, frozenset, dict])
+
+
 def _size_at_most(value: Any, limit: int) -> int:
     """The logical size of `value` (items of every nested container, strings by 16 characters),
-    counted up to just past `limit`: the walk costs at most that, aliasing or not. `[[0] * 1000]
+    counted up to just past `limit`: the walk costs about that, aliasing or not. `[[0] * 1000]
     * 1000` is small in memory but a million to compare or print."""
     total, todo = 0, [value]
     while todo and total <= limit:
         item = todo.pop()
-        total += 1
-        if isinstance(item, (str, bytes)):
-            total += len(item) // 16
-        elif isinstance(item, dict):
-            todo.extend(item.keys())
-            todo.extend(item.values())
-        elif isinstance(item, (list, tuple, set, frozenset)):
-            todo.extend(item)
+        kind = type(item)
+        if kind is str or kind is bytes:
+            total += 1 + len(item) // 16
+            continue
+        total += 1 + (2 * len(item) if kind is dict else len(item) if kind in _SIZED else 0)
+        if total > limit or kind not in _SIZED:
+            continue
+        members = [*item.keys(), *item.values()] if kind is dict else item
+        todo.extend(x for x in members if type(x) in _SIZED)  # scalars are counted by len() above
     return total
 
 
@@ -78,8 +82,10 @@ def _printable(fn: Callable[[Any], str]) -> Callable[[Any], str]:
     return bounded
 
 
-def _safe_type(value: Any) -> type:
-    return type(value)  # one argument only: the judge builds no classes
+def _safe_type(*args: Any) -> type:
+    if len(args) != 1:
+        raise JudgeError("type() takes one argument in the judge (it builds no classes)")
+    return type(args[0])
 
 
 def _bounded_range(*args: int) -> range:
@@ -411,7 +417,8 @@ def _checked(value: Any) -> Any:
 
 def _repeat(seq: Any, n: Any) -> Any:
     if isinstance(n, int) and n > 0 and isinstance(seq, (str, bytes, list, tuple)):
-        if len(seq) * n > MAX_LENGTH or _size_at_most(seq, MAX_LENGTH // n) * n > MAX_LENGTH * 2:
+        per_copy = _size_at_most(seq, MAX_LENGTH // n + 1) - 1  # the items, nested ones included
+        if len(seq) * n > MAX_LENGTH or per_copy * n > MAX_LENGTH:
             raise JudgeError("repetition too large")
     return seq * n
 
@@ -455,11 +462,19 @@ class _Interpreter:
 
     def __init__(self, names: dict[str, Any], probe: Callable[[int], Any], deadline: float) -> None:
         self.names, self.probe, self.deadline, self.steps, self.produced = names, probe, deadline, 0, 0
+        self.sizes: dict[int, tuple[Any, int]] = {}  # id -> (container, size): each walked once
 
     def charge(self, value: Any) -> Any:
         """Count what comprehensions and lambdas produce: aliasing one large value many times
         would make a comparison or a print of the result unbounded."""
-        self.produced += _size_at_most(value, MAX_PRODUCED - self.produced)
+        known = self.sizes.get(id(value))
+        if known is not None and known[0] is value:
+            size = known[1]
+        else:
+            size = _size_at_most(value, MAX_PRODUCED - self.produced)
+            if isinstance(value, (list, tuple, dict, set, frozenset)):
+                self.sizes[id(value)] = (value, size)  # held, so the id stays this object's
+        self.produced += size
         if self.produced > MAX_PRODUCED:
             raise JudgeError("comprehension or lambda results too large")
         return value
