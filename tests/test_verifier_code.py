@@ -434,3 +434,274 @@ def test_the_probes_are_real_without_the_sandbox() -> None:
     server.close()
     holder.kill()
     holder.wait()
+
+
+# ------------------------------------------ the sandbox shares nothing (issue 19)
+# Each attack below worked before: it read the caller's keys, left keys for the next
+# job, unshared a user namespace, opened a pty, imported pip, saw the checkout path.
+
+import ctypes  # noqa: E402
+import errno  # noqa: E402
+import secrets  # noqa: E402
+import struct  # noqa: E402
+
+from rlvr.verifiers import sandbox as sandbox_module  # noqa: E402
+from rlvr.verifiers.seccomp import CLONE_NEW_FLAGS, DENIED, SYSCALLS, UnsupportedArchitecture, build_filter, host_arch  # noqa: E402
+
+ARCH = host_arch()
+NR = {name: nrs[0 if ARCH == "x86_64" else 1] for name, nrs in SYSCALLS.items()}
+
+
+def run_bpf(program: bytes, nr: int, arch: int, arg0: int = 0) -> int:
+    """The seccomp action of a classic BPF filter for one call (the opcodes it uses)."""
+    data = struct.pack("<iIQ6Q", nr, arch, 0, arg0, 0, 0, 0, 0, 0)
+    insns = [struct.unpack_from("<HBBI", program, i) for i in range(0, len(program), 8)]
+    pc, acc = 0, 0
+    while True:
+        code, jt, jf, k = insns[pc]
+        if code == 0x20:  # ld [k]
+            acc = struct.unpack_from("<I", data, k)[0]
+        elif code == 0x06:  # ret k
+            return k
+        elif code in (0x15, 0x35, 0x45):  # jeq, jge, jset
+            hit = acc == k if code == 0x15 else acc >= k if code == 0x35 else bool(acc & k)
+            pc += jt if hit else jf
+        else:
+            raise AssertionError(f"unexpected opcode {code:#x}")
+        pc += 1
+
+
+EPERM_ACTION, ENOSYS_ACTION, ALLOW, KILL = 0x50000 | errno.EPERM, 0x50000 | errno.ENOSYS, 0x7FFF0000, 0x80000000
+
+
+@pytest.mark.parametrize(("arch", "audit_arch", "column"), [("x86_64", 0xC000003E, 0), ("aarch64", 0xC00000B7, 1)])
+def test_seccomp_filter_decides_each_call(arch: str, audit_arch: int, column: int) -> None:
+    program = build_filter(arch).program
+    for name in DENIED:
+        if SYSCALLS[name][column] is not None:
+            assert run_bpf(program, SYSCALLS[name][column], audit_arch) == EPERM_ACTION, name
+    clone = SYSCALLS["clone"][column]
+    assert run_bpf(program, clone, audit_arch, arg0=0x10000000 | 17) == EPERM_ACTION  # CLONE_NEWUSER
+    for bit in range(32):
+        if CLONE_NEW_FLAGS >> bit & 1:
+            assert run_bpf(program, clone, audit_arch, arg0=1 << bit) == EPERM_ACTION
+    assert run_bpf(program, clone, audit_arch, arg0=0x01200011) == ALLOW  # fork: CHILD_SETTID|CLEARTID|SIGCHLD
+    assert run_bpf(program, clone, audit_arch, arg0=0x003D0F00) == ALLOW  # a pthread
+    assert run_bpf(program, SYSCALLS["clone3"][column], audit_arch) == ENOSYS_ACTION
+    for allowed in (0, 1, 39, 57, 59, 172, 221, 260, 400):  # read, write, getpid, fork, execve...
+        if allowed not in {nr[column] for nr in SYSCALLS.values()}:
+            assert run_bpf(program, allowed, audit_arch) == ALLOW
+    assert run_bpf(program, 39, 0x40000003) == KILL  # i386 (int 0x80) calls
+    if arch == "x86_64":
+        assert run_bpf(program, 0x40000000 | 39, audit_arch) == KILL  # x32 calls
+
+
+def test_seccomp_numbers_match_libseccomp() -> None:
+    try:
+        lib = ctypes.CDLL("libseccomp.so.2")
+    except OSError:
+        pytest.skip("libseccomp is not installed")
+    resolve = lib.seccomp_syscall_resolve_name_arch
+    resolve.argtypes, resolve.restype = [ctypes.c_uint32, ctypes.c_char_p], ctypes.c_int
+    for column, audit_arch in ((0, 0xC000003E), (1, 0xC00000B7)):
+        for name, nrs in SYSCALLS.items():
+            expected = resolve(audit_arch, name.encode())
+            assert nrs[column] == (expected if expected >= 0 else None), (name, column)
+
+
+def test_unknown_architecture_refuses_to_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(UnsupportedArchitecture):
+        build_filter("mips64")
+    monkeypatch.setattr("platform.machine", lambda: "mips64")
+    sandbox_module._host_filter.cache_clear()
+    try:
+        with pytest.raises(SandboxUnavailable, match="seccomp"):
+            python_code(ADD, ADD_TESTS)
+    finally:
+        sandbox_module._host_filter.cache_clear()
+
+
+LIBC = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+
+def call(nr, *args):
+    '''errno of a raw system call, 0 when it succeeded.'''
+    ctypes.set_errno(0)
+    args = [ctypes.c_long(a) if isinstance(a, int) else a for a in args]
+    return ctypes.get_errno() if libc.syscall(nr, *args) == -1 else 0
+"""
+
+
+def syscall_program(body: str, **numbers: int) -> str:
+    """A program with ``call(nr, ...)`` and the given syscall numbers as globals."""
+    consts = "".join(f"{name.upper()} = {nr}\n" for name, nr in numbers.items())
+    return fenced(LIBC + consts + textwrap.dedent(body))
+
+
+REFUSED_CALLS = """
+def setsid_in_child():
+    child = os.fork()
+    if child == 0:
+        try:
+            os.setsid()
+            os._exit(0)
+        except OSError as err:
+            os._exit(err.errno)
+    return os.waitpid(child, 0)[1] >> 8
+
+def clone_new_user():
+    pid = libc.syscall(CLONE, ctypes.c_long(0x10000000 | 17), 0, 0, 0, 0)  # CLONE_NEWUSER | SIGCHLD
+    if pid == 0:
+        os._exit(0)
+    if pid > 0:
+        os.waitpid(pid, 0)
+    return ctypes.get_errno() if pid == -1 else 0
+
+CALLS = {
+    'add_key': lambda: call(ADD_KEY, b'user', b'rlvr-probe', b'x', 1, -3),  # into @s
+    'keyctl': lambda: call(KEYCTL, 0, -3, 0),  # KEYCTL_GET_KEYRING_ID of @s
+    'request_key': lambda: call(REQUEST_KEY, b'user', b'rlvr-probe', None, 0),
+    'unshare': lambda: call(UNSHARE, 0x10000000),  # CLONE_NEWUSER
+    'setns': lambda: call(SETNS, 0, 0),
+    'clone': clone_new_user,
+    'clone3': lambda: call(CLONE3, None, 0),
+    'setsid': setsid_in_child,
+    'shmget': lambda: call(SHMGET, 0, 1 << 20, 0o600),  # IPC_PRIVATE
+    'msgget': lambda: call(MSGGET, 0, 0o600),
+    'semget': lambda: call(SEMGET, 0, 1, 0o600),
+    'memfd_create': lambda: call(MEMFD_CREATE, b'x', 0),
+    'inotify_init1': lambda: call(INOTIFY_INIT1, 0),
+    'mount': lambda: call(MOUNT, b'none', b'/tmp', b'tmpfs', 0, None),
+    'ptrace': lambda: call(PTRACE, 16, os.getppid(), 0, 0),  # PTRACE_ATTACH
+    'userfaultfd': lambda: call(USERFAULTFD, 0),
+    'io_uring_setup': lambda: call(IO_URING_SETUP, 1, ctypes.create_string_buffer(120)),
+}
+
+def refused(names=tuple(CALLS)):
+    out = {name: CALLS[name]() for name in names}
+    out['status'] = sorted(line for line in open('/proc/self/status').read().splitlines()
+                           if line.startswith(('Seccomp:', 'NoNewPrivs:')))
+    return out
+"""
+REFUSED = ["add_key", "keyctl", "request_key", "unshare", "setns", "clone", "clone3", "shmget", "msgget",
+           "semget", "memfd_create", "inotify_init1", "mount", "ptrace", "userfaultfd", "io_uring_setup"]
+HARMLESS = ["keyctl", "clone", "clone3", "setsid", "memfd_create", "inotify_init1", "unshare"]  # no trace left; unshare last
+
+
+def test_refused_system_calls_fail_inside_and_work_outside() -> None:
+    # Keyrings, namespaces, sessions, SysV IPC, memfd...: EPERM (clone3: ENOSYS, so libc
+    # falls back to clone) under the filter. Outside it, the calls that leave nothing
+    # behind succeed, so the EPERMs come from the filter, not from missing privileges.
+    program = syscall_program(REFUSED_CALLS, **{n: NR[n] for n in REFUSED})
+    expected = {name: errno.EPERM for name in REFUSED} | {"clone3": errno.ENOSYS, "setsid": errno.EPERM,
+                                                           "status": ["NoNewPrivs:\t1", "Seccomp:\t2"]}
+    report = run_python_tests(program, {"asserts": [f"assert refused() == {expected!r}"]}, limits=FAST)
+    assert report.score == 1.0, report
+    namespace: dict = {}
+    exec(extract_program(program), namespace)  # the control, in a plain child of pytest
+    child = os.fork()
+    if child == 0:
+        out = namespace["refused"](HARMLESS)
+        os._exit(0 if out["clone3"] == errno.EINVAL and all(out[n] == 0 for n in HARMLESS if n != "clone3") else 1)
+    assert os.waitpid(child, 0)[1] == 0
+
+
+def test_honest_process_management_still_works() -> None:
+    program = fenced(
+        """
+        import os, subprocess, tempfile, threading
+        def work():
+            results = []
+            t = threading.Thread(target=lambda: results.append(sum(range(10))))
+            t.start(); t.join()
+            pid = os.fork()
+            if pid == 0:
+                os._exit(7)
+            results.append(os.waitpid(pid, 0)[1] >> 8)
+            results.append(subprocess.run(['/bin/echo', 'hi'], capture_output=True, text=True).stdout)
+            with tempfile.TemporaryFile() as f:
+                f.write(b'abc'); f.seek(0); results.append(f.read())
+            results.append(len(open('/dev/urandom', 'rb').read(8)))
+            return results
+        """
+    )
+    assert python_code(program, {"asserts": ["assert work() == [45, 7, 'hi\\n', b'abc', 8]"]}) == 1.0
+
+
+KEY_SPEC_SESSION, KEY_SPEC_USER, KEY_SPEC_USER_SESSION = -3, -4, -5
+
+
+def host_libc() -> ctypes.CDLL:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    return libc
+
+
+@pytest.fixture
+def host_key():
+    """A secret key in pytest's own session keyring, revoked afterwards."""
+    libc, secret = host_libc(), "keyring-secret-" + secrets.token_hex(4)
+    description = "rlvr-canary-" + secrets.token_hex(4)
+    key = libc.syscall(NR["add_key"], b"user", description.encode(), secret.encode(), ctypes.c_size_t(len(secret)),
+                       ctypes.c_long(KEY_SPEC_SESSION))
+    if key < 0:
+        pytest.skip(f"no keyrings here (errno {ctypes.get_errno()})")
+    yield {"description": description, "secret": secret}
+    libc.syscall(NR["keyctl"], ctypes.c_long(21), ctypes.c_long(key))  # KEYCTL_INVALIDATE
+
+
+STEAL_KEY = """
+def steal():
+    found = []
+    buf = ctypes.create_string_buffer(256)
+    for ring in (-3, -4, -5):  # @s, @u, @us
+        key = libc.syscall(KEYCTL, ctypes.c_long(10), ctypes.c_long(ring), b'user', DESCRIPTION, ctypes.c_long(0))
+        if key > 0:
+            n = libc.syscall(KEYCTL, ctypes.c_long(11), ctypes.c_long(key), buf, ctypes.c_long(256))  # KEYCTL_READ
+            found.append(buf.raw[:max(n, 0)].decode())
+    for line in open('/proc/keys').read().splitlines():
+        if DESCRIPTION.decode() in line:
+            found.append(line)
+    return found[0] if found else 'nothing'
+"""
+
+
+def test_the_callers_keyring_is_out_of_reach(host_key: dict) -> None:
+    program = syscall_program(STEAL_KEY, keyctl=NR["keyctl"]).replace(
+        "KEYCTL = ", f"DESCRIPTION = {host_key['description'].encode()!r}\nKEYCTL = ")
+    report = run_python_tests(program, {"asserts": [f"assert steal() == {host_key['secret']!r}",
+                                                    "assert steal() == 'nothing'"]}, limits=FAST)
+    assert [r.passed for r in report.results] == [False, True], report
+    namespace: dict = {}
+    exec(extract_program(program), namespace)  # control: a plain process steals it
+    assert namespace["steal"]() == host_key["secret"]
+
+
+def key_users() -> dict[int, int]:
+    """Keys held per uid on the whole host (``/proc/key-users``)."""
+    out = {}
+    for line in Path("/proc/key-users").read_text().splitlines():
+        uid, rest = line.split(":", 1)
+        out[int(uid)] = int(rest.split()[1].split("/")[0])
+    return out
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="jobs get a uid of their own only as root")
+def test_no_key_is_left_for_the_next_job_of_the_same_uid(monkeypatch: pytest.MonkeyPatch) -> None:
+    uid = _UID_BASE + (os.getpid() % 10_000) * 100 + 99
+    monkeypatch.setattr(sandbox_module, "_sandbox_uid", lambda: uid)
+    description = "rlvr-left-" + secrets.token_hex(4)
+    plant = syscall_program(
+        f"""
+        def plant():
+            for ring in (-4, -5, -3):  # @u and @us outlive the job; @s is the runner's
+                call(ADD_KEY, b'user', {description.encode()!r}, b'for the next job', 16, ring)
+            return 0
+        """, add_key=NR["add_key"])
+    look = fenced(f"def look():\n    return {description!r} in open('/proc/keys').read()")
+    assert python_code(plant, {"asserts": ["assert plant() == 0"]}, limits=FAST) == 1.0
+    assert python_code(look, {"asserts": ["assert look() == True"]}, limits=FAST) == 0.0
+    assert python_code(look, {"asserts": ["assert look() == False"]}, limits=FAST) == 1.0
+    assert key_users().get(uid, 0) == 0  # not even the uid's user keyrings were created
