@@ -11,6 +11,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import textwrap
 import time
 from pathlib import Path
@@ -705,3 +706,168 @@ def test_no_key_is_left_for_the_next_job_of_the_same_uid(monkeypatch: pytest.Mon
     assert python_code(look, {"asserts": ["assert look() == True"]}, limits=FAST) == 0.0
     assert python_code(look, {"asserts": ["assert look() == False"]}, limits=FAST) == 1.0
     assert key_users().get(uid, 0) == 0  # not even the uid's user keyrings were created
+
+
+def test_dev_has_no_pty_and_no_shared_memory() -> None:
+    program = fenced(
+        """
+        import os
+        def dev():
+            return sorted(os.listdir('/dev'))
+        def opened(path):
+            try:
+                os.close(os.open(path, os.O_RDWR))
+                return 'opened'
+            except OSError as err:
+                return err.errno
+        def openpty():
+            try:
+                os.openpty()
+                return 'opened'
+            except OSError as err:
+                return err.errno
+        def shared_memory():
+            from multiprocessing import shared_memory
+            try:
+                shared_memory.SharedMemory(create=True, size=1 << 20)
+                return 'created'
+            except OSError as err:
+                return err.errno
+        """
+    )
+    tests = {"asserts": [
+        "assert dev() == ['fd', 'full', 'null', 'random', 'stderr', 'stdin', 'stdout', 'urandom', 'zero']",
+        "assert openpty() == 2", "assert opened('/dev/ptmx') == 2", "assert opened('/dev/pts/ptmx') == 2",
+        "assert opened('/dev/tty') == 2", "assert shared_memory() == 2", "assert opened('/dev/null') == 'opened'",
+    ]}
+    report = run_python_tests(program, tests, limits=FAST)
+    assert report.score == 1.0, report
+
+
+def base_site_packages() -> Path:
+    import sysconfig
+
+    return Path(sysconfig.get_paths(vars={"base": sys.base_prefix, "platbase": sys.base_prefix})["purelib"])
+
+
+def test_third_party_packages_cannot_be_imported(tmp_path: Path) -> None:
+    site = base_site_packages()
+    candidates = ["pip"] + [p.name for p in sorted(site.iterdir())]
+    package = next((name for name in candidates if (site / name / "__init__.py").is_file()), None)
+    if package is None:
+        pytest.skip(f"no third-party package in {site}")
+    jail_site = "/opt/python" + str(site)[len(os.path.realpath(sys.base_prefix)):]
+    program = fenced(
+        f"""
+        import glob, importlib, sys
+        def smuggle():
+            for path in [{str(site)!r}, {jail_site!r}, '/usr/lib/python3/dist-packages',
+                         *glob.glob('/usr/local/lib/python3*/*-packages'), *glob.glob('/opt/python/lib/python3*/*-packages'),
+                         *glob.glob('/usr/share/python-wheels/*.whl'), *glob.glob('/opt/python/lib/python3*/ensurepip/_bundled/*.whl')]:
+                sys.path.append(path)
+            try:
+                importlib.import_module({package!r})
+                return 'imported'
+            except ImportError:
+                return 'standard library only'
+        """
+    )
+    tests, limits = {"asserts": ["assert smuggle() == 'imported'"]}, Limits(test_s=5.0, total_s=10.0)
+    assert python_code(program, tests, limits=limits) == 0.0
+    with pytest.warns(UnsandboxedCodeWarning):  # control: the same program without bwrap imports it
+        assert python_code(program, tests, limits=limits, sandbox="none") == 1.0
+
+
+def test_no_host_path_is_visible_in_the_jail(tmp_path: Path) -> None:
+    repo = str(Path(__file__).resolve().parents[1])
+    program = fenced(
+        f"""
+        import os
+        NEEDLES = ({repo!r}, {str(tmp_path)!r})
+        def leaks():
+            texts = [open('/proc/self/mountinfo').read()]
+            for pid in os.listdir('/proc'):
+                for name in ('cmdline', 'environ', 'cwd', 'root', 'exe'):
+                    try:
+                        path = f'/proc/{{pid}}/{{name}}'
+                        texts.append(os.readlink(path) if name in ('cwd', 'root', 'exe') else open(path, 'rb').read().decode('utf-8', 'replace'))
+                    except (OSError, ValueError):
+                        pass
+            stack, walked = ['/'], 0
+            while stack:
+                try:
+                    entries = list(os.scandir(stack.pop()))
+                except OSError:
+                    continue  # unreadable to the sandbox uid: it shows nothing either
+                for entry in entries:
+                    walked += 1
+                    texts.append(entry.path)
+                    if entry.is_symlink():
+                        texts.append(os.readlink(entry.path))
+                    elif entry.is_dir() and entry.path != '/proc':
+                        stack.append(entry.path)
+            return walked > 10000, [t[:200] for t in texts if any(needle in t for needle in NEEDLES)]
+        """
+    )
+    report = run_python_tests(program, {"asserts": ["assert leaks() == (True, [])"]}, limits=Limits(test_s=15.0, total_s=20.0))
+    assert report.score == 1.0, report
+
+
+def job_cgroup_dirs() -> list[Path]:
+    """This process's job cgroups (there should be none between jobs)."""
+    from rlvr.verifiers import cgroups
+
+    return [d for parent, _, _ in cgroups._usable_parents() for d in parent.glob(f"rlvr-{os.getpid()}-*")]
+
+
+def cgroup_controllers() -> set[str]:
+    from rlvr.verifiers import cgroups
+
+    return {c for _, controllers, _ in cgroups._usable_parents() for c in controllers}
+
+
+MEMORY_HOG = """
+import os
+def hog(children, mb):
+    pids = []
+    for _ in range(children):
+        pid = os.fork()
+        if pid == 0:
+            block = b'x' * (mb << 20)  # touched: resident, not just reserved
+            os._exit(0 if len(block) else 1)
+        pids.append(pid)
+    return sum(os.waitpid(pid, 0)[1] == 0 for pid in pids)
+"""
+
+
+@pytest.mark.skipif("memory" not in cgroup_controllers(), reason="no writable memory cgroup here")
+def test_a_job_cannot_exceed_its_memory_in_many_processes() -> None:
+    # 3 processes x 100 MiB: each is far under RLIMIT_AS (512 MiB), all together over the
+    # job's 192 MiB, so the memory cgroup ends some of them; with 2 GiB they all finish.
+    tests = {"asserts": ["assert hog(3, 100) == 3"]}
+    tight = Limits(test_s=5.0, total_s=10.0, job_memory_mb=192)
+    assert python_code(fenced(MEMORY_HOG), tests, limits=tight) == 0.0
+    assert python_code(fenced(MEMORY_HOG), tests, limits=Limits(test_s=5.0, total_s=10.0, job_memory_mb=2048)) == 1.0
+    assert job_cgroup_dirs() == []
+
+
+@pytest.mark.skipif(not cgroup_controllers(), reason="no writable cgroup here")
+def test_each_job_runs_in_cgroups_of_its_own_that_go_with_it() -> None:
+    from rlvr.verifiers import cgroups
+
+    seen: list[list[str]] = []
+    real_create = cgroups.create
+
+    def create(*args: object) -> cgroups.JobCgroups | None:
+        job = real_create(*args)  # type: ignore[arg-type]
+        assert job is not None
+        seen.append([str(d) for d in job.dirs])
+        return job
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(cgroups, "create", create)
+        assert python_code(ADD, ADD_TESTS, limits=FAST) == 1.0
+        assert python_code(ADD, ADD_TESTS, limits=FAST) == 1.0
+    assert len(seen) == 2 and len(seen[0]) == len(cgroups._usable_parents()) and seen[0] != seen[1]
+    assert not any(Path(d).exists() for dirs in seen for d in dirs)
+    assert job_cgroup_dirs() == []
