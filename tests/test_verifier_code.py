@@ -871,3 +871,14 @@ def test_each_job_runs_in_cgroups_of_its_own_that_go_with_it() -> None:
     assert len(seen) == 2 and len(seen[0]) == len(cgroups._usable_parents()) and seen[0] != seen[1]
     assert not any(Path(d).exists() for dirs in seen for d in dirs)
     assert job_cgroup_dirs() == []
+
+
+def test_bwrap_jobs_create_no_temp_dir(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tempfile
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a bwrap job made a temp dir")
+
+    monkeypatch.setattr(tempfile, "mkdtemp", refuse)
+    monkeypatch.setattr(tempfile, "TemporaryDirectory", refuse)
+    assert python_code(ADD, ADD_TESTS) == 1.0

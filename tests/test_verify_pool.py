@@ -98,3 +98,23 @@ def test_killing_a_worker_mid_sandbox_leaves_no_process() -> None:
     while sandbox_processes() and time.monotonic() < deadline:
         time.sleep(0.05)  # bwrap's --die-with-parent fires as the worker dies
     assert sandbox_processes() == []
+
+
+def test_a_worker_killed_mid_job_leaves_no_temp_dir(monkeypatch: pytest.MonkeyPatch) -> None:
+    # sandbox="none" jobs run in a temp dir; the worker is SIGKILLed before it can remove
+    # it, so the pool removes the worker's whole temp root instead.
+    import glob
+    import tempfile
+
+    monkeypatch.setenv("RLVR_CODE_SANDBOX", "none")  # inherited by the spawned workers
+    pattern = os.path.join(tempfile.gettempdir(), "rlvr-*")
+    before = set(glob.glob(pattern))
+    program = "```python\nimport time\ndef f():\n    time.sleep(3600)\n```"
+    with VerifierPool("python_code", workers=1, timeout_s=1.0) as pool:
+        roots = [w.temp_root for w in pool._workers]
+        result = pool.score([program], ['{"asserts": ["assert f() == 1"]}'])
+        assert result.scores == [None] and result.timeouts == 1
+        assert not any(os.path.exists(root) for root in roots)
+        roots += [w.temp_root for w in pool._workers]  # the replacement's, alive until close
+    assert set(glob.glob(pattern)) - before == set()
+    assert not any(os.path.exists(root) for root in roots)

@@ -23,6 +23,9 @@ API (for the training loop)::
 ``score`` may be called from any thread (one batch at a time per pool; a lock
 serialises callers). Workers start with ``spawn`` (no state inherited from a
 threaded parent) and are reused across calls; starting one costs about half a second.
+Each worker gets a temporary directory of its own as its ``tempfile`` root (and
+``TMPDIR``), removed when the worker is closed, killed or replaced: what a verifier
+leaves there (``sandbox="none"`` code jobs) goes with a worker killed mid-item.
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ from __future__ import annotations
 import importlib
 import math
 import multiprocessing
+import os
+import shutil
+import tempfile
 import threading
 import time
 from collections import deque
@@ -79,7 +85,8 @@ def resolve_verifier(spec: VerifierSpec) -> Callable[[str, str], float]:
     return get_verifier(spec)
 
 
-def _worker_main(conn: Connection, spec: VerifierSpec) -> None:
+def _worker_main(conn: Connection, spec: VerifierSpec, temp_root: str) -> None:
+    tempfile.tempdir = os.environ["TMPDIR"] = temp_root
     try:
         fn = resolve_verifier(spec)
     except BaseException as err:
@@ -107,7 +114,8 @@ def _worker_main(conn: Connection, spec: VerifierSpec) -> None:
 class _Worker:
     def __init__(self, ctx: Any, spec: VerifierSpec) -> None:
         self.conn, child = ctx.Pipe(duplex=True)
-        self.process = ctx.Process(target=_worker_main, args=(child, spec), daemon=True)
+        self.temp_root = tempfile.mkdtemp(prefix="rlvr-worker-")
+        self.process = ctx.Process(target=_worker_main, args=(child, spec, self.temp_root), daemon=True)
         self.process.start()
         child.close()
         self.ready = False
@@ -118,6 +126,10 @@ class _Worker:
         self.process.kill()
         self.process.join(timeout=5)  # SIGKILL cannot be ignored; a D-state worker is abandoned
         self.conn.close()
+        self.remove_temp_root()
+
+    def remove_temp_root(self) -> None:
+        shutil.rmtree(self.temp_root, ignore_errors=True)
 
 
 class VerifierPool:
@@ -149,6 +161,7 @@ class VerifierPool:
             worker.process.join(timeout=1)
             if worker.process.is_alive():
                 worker.kill()
+            worker.remove_temp_root()
         self._workers = []
 
     def score(self, completions: Sequence[str], answers: Sequence[str]) -> PoolResult:
