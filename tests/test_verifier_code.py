@@ -882,3 +882,49 @@ def test_bwrap_jobs_create_no_temp_dir(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tempfile, "mkdtemp", refuse)
     monkeypatch.setattr(tempfile, "TemporaryDirectory", refuse)
     assert python_code(ADD, ADD_TESTS) == 1.0
+
+
+CPU_HOG = """
+import os
+def add(a, b):
+    for _ in range(64):  # up to the process limit, each in a session of its own if it could
+        try:
+            if os.fork() == 0:
+                try:
+                    os.setsid()
+                except OSError:
+                    pass
+                while True:
+                    pass
+        except OSError:
+            break
+    while True:
+        pass
+"""
+
+
+@pytest.mark.slow
+def test_honest_jobs_keep_their_pace_beside_a_cpu_hog() -> None:
+    # A hog fills its process limit with spinners; 4 honest jobs at a time keep scoring
+    # 1.0 and their mean time stays within 3x of the same jobs without the hog. Before
+    # setsid was refused (and without cgroups) each spinner was a scheduler autogroup of
+    # its own and the honest jobs took ~5x longer on 2 cores.
+    from concurrent.futures import ThreadPoolExecutor
+
+    def honest(_: int) -> tuple[float, float]:
+        start = time.perf_counter()
+        return python_code(ADD, ADD_TESTS, limits=FAST), time.perf_counter() - start
+
+    with ThreadPoolExecutor(4) as pool:
+        alone = list(pool.map(honest, range(12)))
+    hog: list[float] = []
+    with ThreadPoolExecutor(1) as hog_pool:
+        hog_done = hog_pool.submit(lambda: hog.append(python_code(fenced(CPU_HOG), ADD_TESTS, limits=Limits(total_s=8.0))))
+        time.sleep(1.0)  # the spinners are up
+        with ThreadPoolExecutor(4) as pool:
+            beside = list(pool.map(honest, range(12)))
+        hog_done.result()
+    assert hog == [0.0]
+    assert [score for score, _ in alone + beside] == [1.0] * 24
+    mean = lambda runs: sum(t for _, t in runs) / len(runs)  # noqa: E731
+    assert mean(beside) < 3 * mean(alone), (mean(alone), mean(beside))
