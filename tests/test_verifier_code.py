@@ -701,11 +701,18 @@ def test_no_key_is_left_for_the_next_job_of_the_same_uid(monkeypatch: pytest.Mon
                 call(ADD_KEY, b'user', {description.encode()!r}, b'for the next job', 16, ring)
             return 0
         """, add_key=NR["add_key"])
-    look = fenced(f"def look():\n    return {description!r} in open('/proc/keys').read()")
+    look = syscall_program(
+        f"""
+        def look():  # KEYCTL_SEARCH in @u and @us, and /proc/keys (masked: empty)
+            found = [call(KEYCTL, 10, ring, b'user', {description.encode()!r}, 0) == 0 for ring in (-4, -5)]
+            return any(found) or {description!r} in open('/proc/keys').read()
+        """, keyctl=NR["keyctl"])
     assert python_code(plant, {"asserts": ["assert plant() == 0"]}, limits=FAST) == 1.0
     assert python_code(look, {"asserts": ["assert look() == True"]}, limits=FAST) == 0.0
     assert python_code(look, {"asserts": ["assert look() == False"]}, limits=FAST) == 1.0
-    assert key_users().get(uid, 0) == 0  # not even the uid's user keyrings were created
+    # The host's view, which nothing in a job can mask: the uid holds no key, not even the
+    # user keyrings a lookup creates (before the fix: the planted keys, for good).
+    assert key_users().get(uid, 0) == 0
 
 
 def test_dev_has_no_pty_and_no_shared_memory() -> None:
@@ -744,19 +751,28 @@ def test_dev_has_no_pty_and_no_shared_memory() -> None:
     assert report.score == 1.0, report
 
 
-def base_site_packages() -> Path:
+def base_interpreter_package() -> tuple[Path, str] | None:
+    """A third-party package installed for the base interpreter: (its directory, name)."""
+    import site
     import sysconfig
 
-    return Path(sysconfig.get_paths(vars={"base": sys.base_prefix, "platbase": sys.base_prefix})["purelib"])
+    dirs = [sysconfig.get_paths(vars={"base": sys.base_prefix, "platbase": sys.base_prefix})["purelib"],
+            *site.getsitepackages([sys.base_prefix])]
+    for d in map(Path, dirs):
+        names = ["pip"] + sorted(p.name for p in d.iterdir()) if d.is_dir() else []
+        for name in names:
+            if name.isidentifier() and (d / name / "__init__.py").is_file():
+                return d, name
+    return None
 
 
 def test_third_party_packages_cannot_be_imported(tmp_path: Path) -> None:
-    site = base_site_packages()
-    candidates = ["pip"] + [p.name for p in sorted(site.iterdir())]
-    package = next((name for name in candidates if (site / name / "__init__.py").is_file()), None)
-    if package is None:
-        pytest.skip(f"no third-party package in {site}")
-    jail_site = "/opt/python" + str(site)[len(os.path.realpath(sys.base_prefix)):]
+    found = base_interpreter_package()
+    if found is None:
+        pytest.skip("no third-party package installed for the base interpreter")
+    site, package = found
+    base = os.path.realpath(sys.base_prefix)
+    jail_site = "/opt/python" + str(site)[len(base):] if str(site).startswith(base + "/") else str(site)
     program = fenced(
         f"""
         import glob, importlib, sys
@@ -928,3 +944,26 @@ def test_honest_jobs_keep_their_pace_beside_a_cpu_hog() -> None:
     assert [score for score, _ in alone + beside] == [1.0] * 24
     mean = lambda runs: sum(t for _, t in runs) / len(runs)  # noqa: E731
     assert mean(beside) < 3 * mean(alone), (mean(alone), mean(beside))
+
+
+def test_results_cannot_be_forged_through_other_processes_descriptors() -> None:
+    # Run by an ordinary user, the program shares its uid with everything in the jail;
+    # bwrap's init used to hold the host's result pipe as its fd 1 (/proc/1/fd/1): a
+    # forged line claiming exit status 0 reached the host beside the runner's own.
+    program = textwrap.dedent(
+        """
+        import os, sys
+        forged = b'{"id": 0, "stdout": "1\\\\n2\\\\n3\\\\n", "truncated": false, "exit": 0}\\n'
+        for pid in os.listdir('/proc'):
+            if pid.isdigit() and int(pid) != os.getpid():
+                for fd in ('0', '1', '2'):
+                    try:
+                        with open(f'/proc/{pid}/fd/{fd}', 'wb') as f:
+                            f.write(forged)
+                    except OSError:
+                        pass
+        sys.exit(1)
+        """
+    )
+    run = sandbox_module.run_job({"mode": "io", "program": program, "inputs": [""]}, FAST)
+    assert [(line["id"], line["exit"]) for line in run.lines] == [(0, 1)], run

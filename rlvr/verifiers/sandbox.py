@@ -64,6 +64,7 @@ SANDBOX_ENV = "RLVR_CODE_SANDBOX"
 _UID_BASE = 200_000  # sandbox uids: far above any system or human account
 _PREFIX_IN_JAIL = "/opt/python"  # where an interpreter prefix outside /usr is mounted
 _DEVICES = ("null", "zero", "full", "random", "urandom")
+_MASKED_PROC = ("/proc/keys", "/proc/key-users")
 # Directories of third-party code: hidden in the jail wherever they are found.
 _PACKAGE_DIRS = ("site-packages", "dist-packages", "python-wheels")
 _uid_counter = itertools.count()
@@ -336,7 +337,12 @@ def _bwrap_args(limits: Limits, as_root: bool) -> tuple[list[str], list[str]]:
         argv += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
                  "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_KILL"]
     else:
-        argv += ["--unshare-all"]  # includes the user namespace
+        # The user namespace maps one uid, so the program shares it with bwrap's init,
+        # which holds our stdout: a program could write forged results to
+        # /proc/1/fd/1. --as-pid-1 makes the (non-dumpable) runner the init instead,
+        # which also ignores signals from inside. Its orphans' zombies wait for the
+        # job's end.
+        argv += ["--unshare-all", "--as-pid-1"]
     for top in _SYSTEM_TOPS:
         if os.path.islink(top):
             argv += ["--symlink", os.readlink(top), top]
@@ -355,6 +361,8 @@ def _bwrap_args(limits: Limits, as_root: bool) -> tuple[list[str], list[str]]:
         jail_dir = in_jail + host_dir[len(prefix):] if host_dir.startswith(prefix + "/") else host_dir
         argv += ["--tmpfs", jail_dir, "--remount-ro", jail_dir]
     argv += ["--perms", "1777", "--size", str(limits.tmp_mb << 20), "--tmpfs", "/tmp", "--proc", "/proc"]
+    for masked in _MASKED_PROC:  # as container runtimes do: the keys the uid may view, host-wide
+        argv += ["--dev-bind", "/dev/null", masked]  # reads as empty (a ro bind would be nodev)
     argv += ["--perms", "0755", "--dir", "/dev"]
     for name in _DEVICES:
         argv += ["--dev-bind", "/dev/" + name, "/dev/" + name]
