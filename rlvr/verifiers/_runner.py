@@ -310,7 +310,10 @@ def _run_io(job):
 def _start_up(job):
     """Before any test: leave the caller's session keyring, hide this process from the
     children (non-dumpable: no ``/proc/<runner>/fd`` even for the same uid) and load
-    the seccomp filter that ``_confine`` installs in each child."""
+    the seccomp filter that ``_confine`` installs in each child.
+
+    ``job["seccomp"]``: ``{"filter": hex of struct sock_filter[], "keyctl": syscall
+    number}`` from ``seccomp.py``, or null (only without bwrap, on an unknown arch)."""
     global _SECCOMP
     seccomp = job.get("seccomp")
     if seccomp is None:
