@@ -207,8 +207,8 @@ def run_job(job: dict, limits: Limits, sandbox: str | None = None) -> SandboxRun
             out, err, status = _communicate(proc, payload, start + limits.total_s, cap)
         finally:
             _kill_group(proc, grace_s=0.5 if status == "ok" else 0.0)
-            if job["uid"] is not None:
-                _sweep_uid(job["uid"])
+            if job["uid"] is not None and job_cgroups is None:
+                _sweep_uid(job["uid"])  # with cgroups, removing them below does the same, cheaper
     finally:
         if args_fd is not None:
             os.close(args_fd)
