@@ -38,6 +38,7 @@ import shutil
 import tempfile
 import threading
 import time
+import weakref
 from collections import deque
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
@@ -115,6 +116,8 @@ class _Worker:
     def __init__(self, ctx: Any, spec: VerifierSpec) -> None:
         self.conn, child = ctx.Pipe(duplex=True)
         self.temp_root = tempfile.mkdtemp(prefix="rlvr-worker-")
+        # Also removed at exit if the pool is never closed.
+        self._remove_at_exit = weakref.finalize(self, shutil.rmtree, self.temp_root, True)
         self.process = ctx.Process(target=_worker_main, args=(child, spec, self.temp_root), daemon=True)
         self.process.start()
         child.close()
@@ -129,7 +132,7 @@ class _Worker:
         self.remove_temp_root()
 
     def remove_temp_root(self) -> None:
-        shutil.rmtree(self.temp_root, ignore_errors=True)
+        self._remove_at_exit()  # rmtree, once
 
 
 class VerifierPool:
