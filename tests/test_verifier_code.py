@@ -11,7 +11,6 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
@@ -445,6 +444,7 @@ import ctypes  # noqa: E402
 import errno  # noqa: E402
 import secrets  # noqa: E402
 import struct  # noqa: E402
+import sys  # noqa: E402
 
 from rlvr.verifiers import sandbox as sandbox_module  # noqa: E402
 from rlvr.verifiers.seccomp import CLONE_NEW_FLAGS, DENIED, SYSCALLS, UnsupportedArchitecture, build_filter, host_arch  # noqa: E402

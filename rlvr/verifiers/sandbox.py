@@ -181,8 +181,8 @@ def run_job(job: dict, limits: Limits, sandbox: str | None = None) -> SandboxRun
             )
             # In the caller's temp dir: a verification pool gives each worker its own and
             # removes it with the worker, so a killed worker leaves nothing behind.
-            workdir = cwd = tempfile.mkdtemp(prefix="rlvr-code-")
-            argv, env["TMPDIR"] = [_python(), "-I", "-S", "-c", _runner_source()], workdir
+            workdir = cwd = env["TMPDIR"] = tempfile.mkdtemp(prefix="rlvr-code-")
+            argv = [_python(), "-I", "-S", "-c", _runner_source()]
         try:
             job_cgroups = cgroups.create(limits.job_memory_mb << 20, limits.processes + cgroups.TRUSTED_TASKS, limits.job_cpus)
         except OSError as err:
