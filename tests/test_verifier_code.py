@@ -202,7 +202,9 @@ def test_small_programs_are_fast() -> None:
     for _ in range(5):
         assert python_code(ADD, ADD_TESTS) == 1.0
     per_program = (time.perf_counter() - start) / 5
-    assert per_program < 0.5, f"{per_program:.2f}s per program"  # ~0.04 s on 2 cores
+    # ~0.05 s on 2 cores; the bound catches a sandbox start that regresses to seconds, with room
+    # for a loaded machine (speed itself is measured by bench/sandbox.py, not here).
+    assert per_program < 1.0, f"{per_program:.2f}s per program"
 
 
 # ---------------------------------------------------------------- adversarial programs
@@ -434,3 +436,536 @@ def test_the_probes_are_real_without_the_sandbox() -> None:
     server.close()
     holder.kill()
     holder.wait()
+
+
+# ------------------------------------------ the sandbox shares nothing (issue 19)
+# Each attack below worked before: it read the caller's keys, left keys for the next
+# job, unshared a user namespace, opened a pty, imported pip, saw the checkout path.
+
+import ctypes  # noqa: E402
+import errno  # noqa: E402
+import secrets  # noqa: E402
+import struct  # noqa: E402
+import sys  # noqa: E402
+
+from rlvr.verifiers import sandbox as sandbox_module  # noqa: E402
+from rlvr.verifiers.seccomp import CLONE_NEW_FLAGS, DENIED, SYSCALLS, UnsupportedArchitecture, build_filter, host_arch  # noqa: E402
+
+ARCH = host_arch()
+NR = {name: nrs[0 if ARCH == "x86_64" else 1] for name, nrs in SYSCALLS.items()}
+
+
+def run_bpf(program: bytes, nr: int, arch: int, arg0: int = 0) -> int:
+    """The seccomp action of a classic BPF filter for one call (the opcodes it uses)."""
+    data = struct.pack("<iIQ6Q", nr, arch, 0, arg0, 0, 0, 0, 0, 0)
+    insns = [struct.unpack_from("<HBBI", program, i) for i in range(0, len(program), 8)]
+    pc, acc = 0, 0
+    while True:
+        code, jt, jf, k = insns[pc]
+        if code == 0x20:  # ld [k]
+            acc = struct.unpack_from("<I", data, k)[0]
+        elif code == 0x06:  # ret k
+            return k
+        elif code in (0x15, 0x35, 0x45):  # jeq, jge, jset
+            hit = acc == k if code == 0x15 else acc >= k if code == 0x35 else bool(acc & k)
+            pc += jt if hit else jf
+        else:
+            raise AssertionError(f"unexpected opcode {code:#x}")
+        pc += 1
+
+
+EPERM_ACTION, ENOSYS_ACTION, ALLOW, KILL = 0x50000 | errno.EPERM, 0x50000 | errno.ENOSYS, 0x7FFF0000, 0x80000000
+
+
+@pytest.mark.parametrize(("arch", "audit_arch", "column"), [("x86_64", 0xC000003E, 0), ("aarch64", 0xC00000B7, 1)])
+def test_seccomp_filter_decides_each_call(arch: str, audit_arch: int, column: int) -> None:
+    program = build_filter(arch).program
+    for name in DENIED:
+        if SYSCALLS[name][column] is not None:
+            assert run_bpf(program, SYSCALLS[name][column], audit_arch) == EPERM_ACTION, name
+    clone = SYSCALLS["clone"][column]
+    assert run_bpf(program, clone, audit_arch, arg0=0x10000000 | 17) == EPERM_ACTION  # CLONE_NEWUSER
+    for bit in range(32):
+        if CLONE_NEW_FLAGS >> bit & 1:
+            assert run_bpf(program, clone, audit_arch, arg0=1 << bit) == EPERM_ACTION
+    assert run_bpf(program, clone, audit_arch, arg0=0x01200011) == ALLOW  # fork: CHILD_SETTID|CLEARTID|SIGCHLD
+    assert run_bpf(program, clone, audit_arch, arg0=0x003D0F00) == ALLOW  # a pthread
+    assert run_bpf(program, SYSCALLS["clone3"][column], audit_arch) == ENOSYS_ACTION
+    for allowed in (0, 1, 39, 57, 59, 172, 221, 260, 400):  # read, write, getpid, fork, execve...
+        if allowed not in {nr[column] for nr in SYSCALLS.values()}:
+            assert run_bpf(program, allowed, audit_arch) == ALLOW
+    assert run_bpf(program, 39, 0x40000003) == KILL  # i386 (int 0x80) calls
+    if arch == "x86_64":
+        assert run_bpf(program, 0x40000000 | 39, audit_arch) == KILL  # x32 calls
+
+
+def test_seccomp_numbers_match_libseccomp() -> None:
+    try:
+        lib = ctypes.CDLL("libseccomp.so.2")
+    except OSError:
+        pytest.skip("libseccomp is not installed")
+    resolve = lib.seccomp_syscall_resolve_name_arch
+    resolve.argtypes, resolve.restype = [ctypes.c_uint32, ctypes.c_char_p], ctypes.c_int
+    for column, audit_arch in ((0, 0xC000003E), (1, 0xC00000B7)):
+        for name, nrs in SYSCALLS.items():
+            expected = resolve(audit_arch, name.encode())
+            assert nrs[column] == (expected if expected >= 0 else None), (name, column)
+
+
+def test_unknown_architecture_refuses_to_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(UnsupportedArchitecture):
+        build_filter("mips64")
+    monkeypatch.setattr("platform.machine", lambda: "mips64")
+    sandbox_module._host_filter.cache_clear()
+    try:
+        with pytest.raises(SandboxUnavailable, match="seccomp"):
+            python_code(ADD, ADD_TESTS)
+    finally:
+        sandbox_module._host_filter.cache_clear()
+
+
+LIBC = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+
+def call(nr, *args):
+    '''errno of a raw system call, 0 when it succeeded.'''
+    ctypes.set_errno(0)
+    args = [ctypes.c_long(a) if isinstance(a, int) else a for a in args]
+    return ctypes.get_errno() if libc.syscall(nr, *args) == -1 else 0
+"""
+
+
+def syscall_program(body: str, **numbers: int) -> str:
+    """A program with ``call(nr, ...)`` and the given syscall numbers as globals."""
+    consts = "".join(f"{name.upper()} = {nr}\n" for name, nr in numbers.items())
+    return fenced(LIBC + consts + textwrap.dedent(body))
+
+
+REFUSED_CALLS = """
+def setsid_in_child():
+    child = os.fork()
+    if child == 0:
+        try:
+            os.setsid()
+            os._exit(0)
+        except OSError as err:
+            os._exit(err.errno)
+    return os.waitpid(child, 0)[1] >> 8
+
+def clone_new_user():
+    pid = libc.syscall(CLONE, ctypes.c_long(0x10000000 | 17), 0, 0, 0, 0)  # CLONE_NEWUSER | SIGCHLD
+    if pid == 0:
+        os._exit(0)
+    if pid > 0:
+        os.waitpid(pid, 0)
+    return ctypes.get_errno() if pid == -1 else 0
+
+CALLS = {
+    'add_key': lambda: call(ADD_KEY, b'user', b'rlvr-probe', b'x', 1, -3),  # into @s
+    'keyctl': lambda: call(KEYCTL, 0, -3, 0),  # KEYCTL_GET_KEYRING_ID of @s
+    'request_key': lambda: call(REQUEST_KEY, b'user', b'rlvr-probe', None, 0),
+    'unshare': lambda: call(UNSHARE, 0x10000000),  # CLONE_NEWUSER
+    'setns': lambda: call(SETNS, 0, 0),
+    'clone': clone_new_user,
+    'clone3': lambda: call(CLONE3, None, 0),
+    'setsid': setsid_in_child,
+    'shmget': lambda: call(SHMGET, 0, 1 << 20, 0o600),  # IPC_PRIVATE
+    'msgget': lambda: call(MSGGET, 0, 0o600),
+    'semget': lambda: call(SEMGET, 0, 1, 0o600),
+    'memfd_create': lambda: call(MEMFD_CREATE, b'x', 0),
+    'inotify_init1': lambda: call(INOTIFY_INIT1, 0),
+    'mount': lambda: call(MOUNT, b'none', b'/tmp', b'tmpfs', 0, None),
+    'ptrace': lambda: call(PTRACE, 16, os.getppid(), 0, 0),  # PTRACE_ATTACH
+    'userfaultfd': lambda: call(USERFAULTFD, 0),
+    'io_uring_setup': lambda: call(IO_URING_SETUP, 1, ctypes.create_string_buffer(120)),
+}
+
+def refused(names=tuple(CALLS)):
+    out = {name: CALLS[name]() for name in names}
+    out['status'] = sorted(line for line in open('/proc/self/status').read().splitlines()
+                           if line.startswith(('Seccomp:', 'NoNewPrivs:')))
+    return out
+"""
+REFUSED = ["add_key", "keyctl", "request_key", "unshare", "setns", "clone", "clone3", "shmget", "msgget",
+           "semget", "memfd_create", "inotify_init1", "mount", "ptrace", "userfaultfd", "io_uring_setup"]
+HARMLESS = ["keyctl", "clone", "clone3", "setsid", "memfd_create", "inotify_init1", "unshare"]  # no trace left; unshare last
+
+
+def test_refused_system_calls_fail_inside_and_work_outside() -> None:
+    # Keyrings, namespaces, sessions, SysV IPC, memfd...: EPERM (clone3: ENOSYS, so libc
+    # falls back to clone) under the filter. Outside it, the calls that leave nothing
+    # behind succeed, so the EPERMs come from the filter, not from missing privileges.
+    program = syscall_program(REFUSED_CALLS, **{n: NR[n] for n in REFUSED})
+    expected = {name: errno.EPERM for name in REFUSED} | {"clone3": errno.ENOSYS, "setsid": errno.EPERM,
+                                                           "status": ["NoNewPrivs:\t1", "Seccomp:\t2"]}
+    report = run_python_tests(program, {"asserts": [f"assert refused() == {expected!r}"]}, limits=FAST)
+    assert report.score == 1.0, report
+    namespace: dict = {}
+    exec(extract_program(program), namespace)  # the control, in a plain child of pytest
+    child = os.fork()
+    if child == 0:
+        out = namespace["refused"](HARMLESS)
+        os._exit(0 if out["clone3"] == errno.EINVAL and all(out[n] == 0 for n in HARMLESS if n != "clone3") else 1)
+    assert os.waitpid(child, 0)[1] == 0
+
+
+def test_honest_process_management_still_works() -> None:
+    program = fenced(
+        """
+        import os, subprocess, tempfile, threading
+        def work():
+            results = []
+            t = threading.Thread(target=lambda: results.append(sum(range(10))))
+            t.start(); t.join()
+            pid = os.fork()
+            if pid == 0:
+                os._exit(7)
+            results.append(os.waitpid(pid, 0)[1] >> 8)
+            results.append(subprocess.run(['/bin/echo', 'hi'], capture_output=True, text=True).stdout)
+            with tempfile.TemporaryFile() as f:
+                f.write(b'abc'); f.seek(0); results.append(f.read())
+            results.append(len(open('/dev/urandom', 'rb').read(8)))
+            return results
+        """
+    )
+    assert python_code(program, {"asserts": ["assert work() == [45, 7, 'hi\\n', b'abc', 8]"]}) == 1.0
+
+
+KEY_SPEC_SESSION, KEY_SPEC_USER, KEY_SPEC_USER_SESSION = -3, -4, -5
+
+
+def host_libc() -> ctypes.CDLL:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    return libc
+
+
+@pytest.fixture
+def host_key():
+    """A secret key in pytest's own session keyring, revoked afterwards."""
+    libc, secret = host_libc(), "keyring-secret-" + secrets.token_hex(4)
+    description = "rlvr-canary-" + secrets.token_hex(4)
+    key = libc.syscall(NR["add_key"], b"user", description.encode(), secret.encode(), ctypes.c_size_t(len(secret)),
+                       ctypes.c_long(KEY_SPEC_SESSION))
+    if key < 0:
+        pytest.skip(f"no keyrings here (errno {ctypes.get_errno()})")
+    yield {"description": description, "secret": secret}
+    libc.syscall(NR["keyctl"], ctypes.c_long(21), ctypes.c_long(key))  # KEYCTL_INVALIDATE
+
+
+STEAL_KEY = """
+def steal():
+    found = []
+    buf = ctypes.create_string_buffer(256)
+    for ring in (-3, -4, -5):  # @s, @u, @us
+        key = libc.syscall(KEYCTL, ctypes.c_long(10), ctypes.c_long(ring), b'user', DESCRIPTION, ctypes.c_long(0))
+        if key > 0:
+            n = libc.syscall(KEYCTL, ctypes.c_long(11), ctypes.c_long(key), buf, ctypes.c_long(256))  # KEYCTL_READ
+            found.append(buf.raw[:max(n, 0)].decode())
+    for line in open('/proc/keys').read().splitlines():
+        if DESCRIPTION.decode() in line:
+            found.append(line)
+    return found[0] if found else 'nothing'
+"""
+
+
+def test_the_callers_keyring_is_out_of_reach(host_key: dict) -> None:
+    program = syscall_program(STEAL_KEY, keyctl=NR["keyctl"]).replace(
+        "KEYCTL = ", f"DESCRIPTION = {host_key['description'].encode()!r}\nKEYCTL = ")
+    report = run_python_tests(program, {"asserts": [f"assert steal() == {host_key['secret']!r}",
+                                                    "assert steal() == 'nothing'"]}, limits=FAST)
+    assert [r.passed for r in report.results] == [False, True], report
+    namespace: dict = {}
+    exec(extract_program(program), namespace)  # control: a plain process steals it
+    assert namespace["steal"]() == host_key["secret"]
+
+
+def key_users() -> dict[int, int]:
+    """Keys held per uid on the whole host (``/proc/key-users``)."""
+    out = {}
+    for line in Path("/proc/key-users").read_text().splitlines():
+        uid, rest = line.split(":", 1)
+        out[int(uid)] = int(rest.split()[1].split("/")[0])
+    return out
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="jobs get a uid of their own only as root")
+def test_no_key_is_left_for_the_next_job_of_the_same_uid(monkeypatch: pytest.MonkeyPatch) -> None:
+    uid = _UID_BASE + (os.getpid() % 10_000) * 100 + 99
+    monkeypatch.setattr(sandbox_module, "_sandbox_uid", lambda: uid)
+    description = "rlvr-left-" + secrets.token_hex(4)
+    plant = syscall_program(
+        f"""
+        def plant():
+            for ring in (-4, -5, -3):  # @u and @us outlive the job; @s is the runner's
+                call(ADD_KEY, b'user', {description.encode()!r}, b'for the next job', 16, ring)
+            return 0
+        """, add_key=NR["add_key"])
+    look = syscall_program(
+        f"""
+        def look():  # KEYCTL_SEARCH in @u and @us, and /proc/keys (masked: empty)
+            found = [call(KEYCTL, 10, ring, b'user', {description.encode()!r}, 0) == 0 for ring in (-4, -5)]
+            return any(found) or {description!r} in open('/proc/keys').read()
+        """, keyctl=NR["keyctl"])
+    assert python_code(plant, {"asserts": ["assert plant() == 0"]}, limits=FAST) == 1.0
+    assert python_code(look, {"asserts": ["assert look() == True"]}, limits=FAST) == 0.0
+    assert python_code(look, {"asserts": ["assert look() == False"]}, limits=FAST) == 1.0
+    # The host's view, which nothing in a job can mask: the uid holds no key, not even the
+    # user keyrings a lookup creates (before the fix: the planted keys, for good).
+    assert key_users().get(uid, 0) == 0
+
+
+def test_dev_has_no_pty_and_no_shared_memory() -> None:
+    program = fenced(
+        """
+        import os
+        def dev():
+            return sorted(os.listdir('/dev'))
+        def opened(path):
+            try:
+                os.close(os.open(path, os.O_RDWR))
+                return 'opened'
+            except OSError as err:
+                return err.errno
+        def openpty():
+            try:
+                os.openpty()
+                return 'opened'
+            except OSError as err:
+                return err.errno
+        def shared_memory():
+            from multiprocessing import shared_memory
+            try:
+                shared_memory.SharedMemory(create=True, size=1 << 20)
+                return 'created'
+            except OSError as err:
+                return err.errno
+        """
+    )
+    tests = {"asserts": [
+        "assert dev() == ['fd', 'full', 'null', 'random', 'stderr', 'stdin', 'stdout', 'urandom', 'zero']",
+        "assert openpty() == 2", "assert opened('/dev/ptmx') == 2", "assert opened('/dev/pts/ptmx') == 2",
+        "assert opened('/dev/tty') == 2", "assert shared_memory() == 2", "assert opened('/dev/null') == 'opened'",
+    ]}
+    report = run_python_tests(program, tests, limits=FAST)
+    assert report.score == 1.0, report
+
+
+def base_interpreter_package() -> tuple[Path, str] | None:
+    """A third-party package installed for the base interpreter: (its directory, name)."""
+    import site
+    import sysconfig
+
+    dirs = [sysconfig.get_paths(vars={"base": sys.base_prefix, "platbase": sys.base_prefix})["purelib"],
+            *site.getsitepackages([sys.base_prefix])]
+    for d in map(Path, dirs):
+        names = ["pip"] + sorted(p.name for p in d.iterdir()) if d.is_dir() else []
+        for name in names:
+            if name.isidentifier() and (d / name / "__init__.py").is_file():
+                return d, name
+    return None
+
+
+def test_third_party_packages_cannot_be_imported(tmp_path: Path) -> None:
+    found = base_interpreter_package()
+    if found is None:
+        pytest.skip("no third-party package installed for the base interpreter")
+    site, package = found
+    base = os.path.realpath(sys.base_prefix)
+    jail_site = "/opt/python" + str(site)[len(base):] if str(site).startswith(base + "/") else str(site)
+    program = fenced(
+        f"""
+        import glob, importlib, sys
+        def smuggle():
+            for path in [{str(site)!r}, {jail_site!r}, '/usr/lib/python3/dist-packages',
+                         *glob.glob('/usr/local/lib/python3*/*-packages'), *glob.glob('/opt/python/lib/python3*/*-packages'),
+                         *glob.glob('/usr/share/python-wheels/*.whl'), *glob.glob('/opt/python/lib/python3*/ensurepip/_bundled/*.whl')]:
+                sys.path.append(path)
+            try:
+                importlib.import_module({package!r})
+                return 'imported'
+            except ImportError:
+                return 'standard library only'
+        """
+    )
+    tests, limits = {"asserts": ["assert smuggle() == 'imported'"]}, Limits(test_s=5.0, total_s=10.0)
+    assert python_code(program, tests, limits=limits) == 0.0
+    with pytest.warns(UnsandboxedCodeWarning):  # control: the same program without bwrap imports it
+        assert python_code(program, tests, limits=limits, sandbox="none") == 1.0
+
+
+def test_no_host_path_is_visible_in_the_jail(tmp_path: Path) -> None:
+    repo = str(Path(__file__).resolve().parents[1])
+    program = fenced(
+        f"""
+        import os
+        NEEDLES = ({repo!r}, {str(tmp_path)!r})
+        def leaks():
+            texts = [open('/proc/self/mountinfo').read()]
+            for pid in os.listdir('/proc'):
+                for name in ('cmdline', 'environ', 'cwd', 'root', 'exe'):
+                    try:
+                        path = f'/proc/{{pid}}/{{name}}'
+                        texts.append(os.readlink(path) if name in ('cwd', 'root', 'exe') else open(path, 'rb').read().decode('utf-8', 'replace'))
+                    except (OSError, ValueError):
+                        pass
+            stack, walked = ['/'], 0
+            while stack:
+                try:
+                    entries = list(os.scandir(stack.pop()))
+                except OSError:
+                    continue  # unreadable to the sandbox uid: it shows nothing either
+                for entry in entries:
+                    walked += 1
+                    texts.append(entry.path)
+                    if entry.is_symlink():
+                        texts.append(os.readlink(entry.path))
+                    elif entry.is_dir() and entry.path != '/proc':
+                        stack.append(entry.path)
+            return walked > 10000, [t[:200] for t in texts if any(needle in t for needle in NEEDLES)]
+        """
+    )
+    report = run_python_tests(program, {"asserts": ["assert leaks() == (True, [])"]}, limits=Limits(test_s=15.0, total_s=20.0))
+    assert report.score == 1.0, report
+
+
+def job_cgroup_dirs() -> list[Path]:
+    """This process's job cgroups (there should be none between jobs)."""
+    from rlvr.verifiers import cgroups
+
+    return [d for parent, _, _ in cgroups._usable_parents() for d in parent.glob(f"rlvr-{os.getpid()}-*")]
+
+
+def cgroup_controllers() -> set[str]:
+    from rlvr.verifiers import cgroups
+
+    return {c for _, controllers, _ in cgroups._usable_parents() for c in controllers}
+
+
+MEMORY_HOG = """
+import os
+def hog(children, mb):
+    pids = []
+    for _ in range(children):
+        pid = os.fork()
+        if pid == 0:
+            block = b'x' * (mb << 20)  # touched: resident, not just reserved
+            os._exit(0 if len(block) else 1)
+        pids.append(pid)
+    return sum(os.waitpid(pid, 0)[1] == 0 for pid in pids)
+"""
+
+
+@pytest.mark.skipif("memory" not in cgroup_controllers(), reason="no writable memory cgroup here")
+def test_a_job_cannot_exceed_its_memory_in_many_processes() -> None:
+    # 3 processes x 100 MiB: each is far under RLIMIT_AS (512 MiB), all together over the
+    # job's 192 MiB, so the memory cgroup ends some of them; with 2 GiB they all finish.
+    tests = {"asserts": ["assert hog(3, 100) == 3"]}
+    tight = Limits(test_s=5.0, total_s=10.0, job_memory_mb=192)
+    assert python_code(fenced(MEMORY_HOG), tests, limits=tight) == 0.0
+    assert python_code(fenced(MEMORY_HOG), tests, limits=Limits(test_s=5.0, total_s=10.0, job_memory_mb=2048)) == 1.0
+    assert job_cgroup_dirs() == []
+
+
+@pytest.mark.skipif(not cgroup_controllers(), reason="no writable cgroup here")
+def test_each_job_runs_in_cgroups_of_its_own_that_go_with_it() -> None:
+    from rlvr.verifiers import cgroups
+
+    seen: list[list[str]] = []
+    real_create = cgroups.create
+
+    def create(*args: object) -> cgroups.JobCgroups | None:
+        job = real_create(*args)  # type: ignore[arg-type]
+        assert job is not None
+        seen.append([str(d) for d in job.dirs])
+        return job
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(cgroups, "create", create)
+        assert python_code(ADD, ADD_TESTS, limits=FAST) == 1.0
+        assert python_code(ADD, ADD_TESTS, limits=FAST) == 1.0
+    assert len(seen) == 2 and len(seen[0]) == len(cgroups._usable_parents()) and seen[0] != seen[1]
+    assert not any(Path(d).exists() for dirs in seen for d in dirs)
+    assert job_cgroup_dirs() == []
+
+
+def test_bwrap_jobs_create_no_temp_dir(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tempfile
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a bwrap job made a temp dir")
+
+    monkeypatch.setattr(tempfile, "mkdtemp", refuse)
+    monkeypatch.setattr(tempfile, "TemporaryDirectory", refuse)
+    assert python_code(ADD, ADD_TESTS) == 1.0
+
+
+CPU_HOG = """
+import os
+def add(a, b):
+    for _ in range(64):  # up to the process limit, each in a session of its own if it could
+        try:
+            if os.fork() == 0:
+                try:
+                    os.setsid()
+                except OSError:
+                    pass
+                while True:
+                    pass
+        except OSError:
+            break
+    while True:
+        pass
+"""
+
+
+@pytest.mark.slow
+def test_honest_jobs_keep_their_pace_beside_a_cpu_hog() -> None:
+    # A hog fills its process limit with spinners; 4 honest jobs at a time keep scoring
+    # 1.0 and their mean time stays within 3x of the same jobs without the hog. Before
+    # setsid was refused (and without cgroups) each spinner was a scheduler autogroup of
+    # its own and the honest jobs took ~5x longer on 2 cores.
+    from concurrent.futures import ThreadPoolExecutor
+
+    def honest(_: int) -> tuple[float, float]:
+        start = time.perf_counter()
+        return python_code(ADD, ADD_TESTS, limits=FAST), time.perf_counter() - start
+
+    with ThreadPoolExecutor(4) as pool:
+        alone = list(pool.map(honest, range(12)))
+    hog: list[float] = []
+    with ThreadPoolExecutor(1) as hog_pool:
+        hog_done = hog_pool.submit(lambda: hog.append(python_code(fenced(CPU_HOG), ADD_TESTS, limits=Limits(total_s=8.0))))
+        time.sleep(1.0)  # the spinners are up
+        with ThreadPoolExecutor(4) as pool:
+            beside = list(pool.map(honest, range(12)))
+        hog_done.result()
+    assert hog == [0.0]
+    assert [score for score, _ in alone + beside] == [1.0] * 24
+    mean = lambda runs: sum(t for _, t in runs) / len(runs)  # noqa: E731
+    assert mean(beside) < 3 * mean(alone), (mean(alone), mean(beside))
+
+
+def test_results_cannot_be_forged_through_other_processes_descriptors() -> None:
+    # Run by an ordinary user, the program shares its uid with everything in the jail;
+    # bwrap's init used to hold the host's result pipe as its fd 1 (/proc/1/fd/1): a
+    # forged line claiming exit status 0 reached the host beside the runner's own.
+    program = textwrap.dedent(
+        """
+        import os, sys
+        forged = b'{"id": 0, "stdout": "1\\\\n2\\\\n3\\\\n", "truncated": false, "exit": 0}\\n'
+        for pid in os.listdir('/proc'):
+            if pid.isdigit() and int(pid) != os.getpid():
+                for fd in ('0', '1', '2'):
+                    try:
+                        with open(f'/proc/{pid}/fd/{fd}', 'wb') as f:
+                            f.write(forged)
+                    except OSError:
+                        pass
+        sys.exit(1)
+        """
+    )
+    run = sandbox_module.run_job({"mode": "io", "program": program, "inputs": [""]}, FAST)
+    assert [(line["id"], line["exit"]) for line in run.lines] == [(0, 1)], run

@@ -133,3 +133,23 @@ def test_a_slow_wrong_program_scores_zero_through_the_pool() -> None:
     tests = json.dumps({"asserts": [f"assert f({i}) == 1" for i in range(6)]})
     result = score_all("python_code", [program], [tests], workers=1, timeout_s=10.0)
     assert result.scores == [0.0] and result.timeouts == 0
+
+
+def test_a_worker_killed_mid_job_leaves_no_temp_dir(monkeypatch: pytest.MonkeyPatch) -> None:
+    # sandbox="none" jobs run in a temp dir; the worker is SIGKILLed before it can remove
+    # it, so the pool removes the worker's whole temp root instead.
+    import glob
+    import tempfile
+
+    monkeypatch.setenv("RLVR_CODE_SANDBOX", "none")  # inherited by the spawned workers
+    pattern = os.path.join(tempfile.gettempdir(), "rlvr-*")
+    before = set(glob.glob(pattern))
+    program = "```python\nimport time\ndef f():\n    time.sleep(3600)\n```"
+    with VerifierPool(python_code_without_a_declared_limit, workers=1, timeout_s=1.0) as pool:
+        roots = [w.temp_root for w in pool._workers]
+        result = pool.score([program], ['{"asserts": ["assert f() == 1"]}'])
+        assert result.scores == [None] and result.timeouts == 1
+        assert not any(os.path.exists(root) for root in roots)
+        roots += [w.temp_root for w in pool._workers]  # the replacement's, alive until close
+    assert set(glob.glob(pattern)) - before == set()
+    assert not any(os.path.exists(root) for root in roots)

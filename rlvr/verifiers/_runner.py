@@ -31,6 +31,7 @@ import time
 _MAX_NODES = 100_000  # values larger than this are not reported (an error instead)
 _MAX_DEPTH = 100
 _IN_OWN_PID_NAMESPACE = False  # set from the job: true only under bwrap
+_SECCOMP = None  # (prctl, address of the filter's sock_fprog, what keeps it alive), from the job
 
 
 # ------------------------------------------------------------------- child side
@@ -51,8 +52,13 @@ def _confine(job):
         ("RLIMIT_NOFILE", limits["open_files"]),
         ("RLIMIT_CORE", 0),
         ("RLIMIT_NPROC", limits["processes"]),
+        ("RLIMIT_MSGQUEUE", 0),
     ):
         resource.setrlimit(getattr(resource, name), (value, value))
+    if _SECCOMP is not None:  # last: from here on the refused calls fail (see seccomp.py)
+        prctl, fprog = _SECCOMP[:2]
+        if prctl(38, 1, 0, 0, 0) != 0 or prctl(22, 2, fprog, 0, 0) != 0:  # NO_NEW_PRIVS; SECCOMP, FILTER
+            raise OSError("cannot install the seccomp filter")
 
 
 def _redirect(stdin_fd, stdout_fd, keep):
@@ -315,11 +321,48 @@ def _run_io(job):
         _emit(result)
 
 
+def _start_up(job):
+    """Before any test: leave the caller's session keyring, hide this process from the
+    children (non-dumpable: no ``/proc/<runner>/fd`` even for the same uid) and load
+    the seccomp filter that ``_confine`` installs in each child.
+
+    ``job["seccomp"]``: ``{"filter": hex of struct sock_filter[], "keyctl": syscall
+    number}`` from ``seccomp.py``, or null (only without bwrap, on an unknown arch)."""
+    global _SECCOMP
+    seccomp = job.get("seccomp")
+    if seccomp is None:
+        return
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    prctl = libc.prctl
+    prctl.argtypes = [ctypes.c_int] + [ctypes.c_ulong] * 4
+    # KEYCTL_JOIN_SESSION_KEYRING with no name: a new anonymous session keyring.
+    if libc.syscall(seccomp["keyctl"], 1, None) < 0 and ctypes.get_errno() != 38:  # ENOSYS: no keyrings
+        _refuse("cannot join a new session keyring, errno %d" % ctypes.get_errno())
+    if prctl(4, 0, 0, 0, 0) != 0 or prctl(21, 0, 0, 0, 0) < 0:  # SET_DUMPABLE 0; GET_SECCOMP works
+        _refuse("no prctl(PR_SET_DUMPABLE) or no seccomp in this kernel")
+    program = bytes.fromhex(seccomp["filter"])
+    buffer = ctypes.create_string_buffer(program, len(program))
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    fprog = SockFprog(len(program) // 8, ctypes.addressof(buffer))
+    _SECCOMP = (prctl, ctypes.addressof(fprog), (buffer, fprog))
+
+
+def _refuse(reason):
+    sys.stderr.write("rlvr-runner: " + reason + "\n")
+    sys.exit(3)
+
+
 def main():
     global _IN_OWN_PID_NAMESPACE
     job = json.loads(sys.stdin.buffer.read())
     _IN_OWN_PID_NAMESPACE = job.get("pid_namespace") is True
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    _start_up(job)
     (_run_io if job["mode"] == "io" else _run_asserts)(job)
 
 

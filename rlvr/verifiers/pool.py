@@ -27,6 +27,9 @@ serialises callers). Workers start with ``spawn`` (no state inherited from a
 threaded parent) and are reused across calls; starting one costs about half a second.
 A verifier function with a callable ``warm_up`` attribute has it called once in each
 worker before the worker takes items (``boxed_math`` imports sympy there).
+Each worker gets a temporary directory of its own as its ``tempfile`` root (and
+``TMPDIR``), removed when the worker is closed, killed or replaced: what a verifier
+leaves there (``sandbox="none"`` code jobs) goes with a worker killed mid-item.
 """
 
 from __future__ import annotations
@@ -34,8 +37,12 @@ from __future__ import annotations
 import importlib
 import math
 import multiprocessing
+import os
+import shutil
+import tempfile
 import threading
 import time
+import weakref
 from collections import deque
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
@@ -83,7 +90,8 @@ def resolve_verifier(spec: VerifierSpec) -> Callable[[str, str], float]:
     return get_verifier(spec)
 
 
-def _worker_main(conn: Connection, spec: VerifierSpec) -> None:
+def _worker_main(conn: Connection, spec: VerifierSpec, temp_root: str) -> None:
+    tempfile.tempdir = os.environ["TMPDIR"] = temp_root
     try:
         fn = resolve_verifier(spec)
         # A verifier may declare a warm-up (imports, caches) to run before the worker
@@ -116,7 +124,10 @@ def _worker_main(conn: Connection, spec: VerifierSpec) -> None:
 class _Worker:
     def __init__(self, ctx: Any, spec: VerifierSpec) -> None:
         self.conn, child = ctx.Pipe(duplex=True)
-        self.process = ctx.Process(target=_worker_main, args=(child, spec), daemon=True)
+        self.temp_root = tempfile.mkdtemp(prefix="rlvr-worker-")
+        # Also removed at exit if the pool is never closed.
+        self._remove_at_exit = weakref.finalize(self, shutil.rmtree, self.temp_root, True)
+        self.process = ctx.Process(target=_worker_main, args=(child, spec, self.temp_root), daemon=True)
         self.process.start()
         child.close()
         self.ready = False
@@ -127,6 +138,10 @@ class _Worker:
         self.process.kill()
         self.process.join(timeout=5)  # SIGKILL cannot be ignored; a D-state worker is abandoned
         self.conn.close()
+        self.remove_temp_root()
+
+    def remove_temp_root(self) -> None:
+        self._remove_at_exit()  # rmtree, once
 
 
 class VerifierPool:
@@ -164,6 +179,7 @@ class VerifierPool:
             worker.process.join(timeout=1)
             if worker.process.is_alive():
                 worker.kill()
+            worker.remove_temp_root()
         self._workers = []
 
     def score(self, completions: Sequence[str], answers: Sequence[str]) -> PoolResult:

@@ -1,30 +1,45 @@
 """Run untrusted Python in a bubblewrap sandbox and collect its raw, typed results.
 
-The host side of :mod:`rlvr.verifiers.code`. :func:`run_job` starts
-``rlvr/verifiers/_runner.py`` inside ``bwrap`` with:
+The host side of :mod:`rlvr.verifiers.code`. :func:`run_job` starts the runner
+(``_runner.py``, passed as ``python -I -S -c SOURCE``: no file of the checkout is
+mounted) inside ``bwrap`` with:
 
-* no network (own network namespace), own PID, IPC and UTS namespaces, a new session
-  (no terminal injection), a cleared environment (``PATH`` and ``LC_ALL`` only);
-* a read-only view of the interpreter and system libraries only (``/usr``, the
-  Python prefix): no home, no project, no ``/etc``; a private ``/tmp`` (tmpfs of
-  ``tmp_mb``), a private ``/proc`` and a minimal ``/dev``;
+* no network (own network namespace), own PID, IPC, UTS and cgroup namespaces, a new
+  session (no terminal injection), a cleared environment;
+* a read-only view of the interpreter and system libraries only (``/usr``, the Python
+  prefix, mounted at ``/opt/python`` when it lives elsewhere): no home, no project, no
+  ``/etc``; every ``site-packages``/``dist-packages`` (and bundled wheel) directory in
+  that view covered by an empty read-only tmpfs, so programs get the standard library
+  only; a private ``/tmp`` (tmpfs of ``tmp_mb``), a private ``/proc`` and a ``/dev`` of
+  ``null``, ``zero``, ``full``, ``random``, ``urandom`` and the ``fd``/``std*`` links
+  (no pty, no ``/dev/shm``); the rest of the root read-only; bwrap's own arguments
+  come through a pipe (``--args``), so no host path shows in ``/proc/1/cmdline``;
 * as root (CI, containers), the untrusted code runs as an unprivileged uid of its own
   with no capabilities, because ``RLIMIT_NPROC`` does not bind root; run by an
   ordinary user, bwrap's user namespace already makes it unprivileged;
+* in each test's child, before the program runs: a seccomp filter
+  (:mod:`rlvr.verifiers.seccomp`: no keyrings, namespaces, mounts, ``setsid``, SysV
+  IPC, ``memfd``...); the runner itself first joins a fresh session keyring, so the
+  caller's keys are not even possessed, and turns non-dumpable, so a child sharing its
+  uid cannot open ``/proc/<runner>/fd``;
 * limits per process: address space, CPU time, file size, open files, processes; per
-  test: wall-clock time and output size; per job: total wall-clock time and what the
-  host reads back.
+  test: wall-clock time and output size; per job: total wall-clock time, what the host
+  reads back and, where cgroups are writable (:mod:`rlvr.verifiers.cgroups`), the
+  memory, task count and CPU share of the whole job.
 
 Killing the outer ``bwrap`` takes the whole PID namespace with it (``--die-with-parent``
-on its init), so no process of a job survives the verdict, ``setsid`` or not.
+on its init), so no process of a job survives the verdict.
 
 Without ``bwrap`` nothing runs unless the caller opts into ``sandbox="none"`` (or sets
-``RLVR_CODE_SANDBOX=none``): the same runner and limits in a temporary directory,
-with none of the isolation above, and an :class:`UnsandboxedCodeWarning` each call.
+``RLVR_CODE_SANDBOX=none``): the same runner, limits, seccomp filter and cgroups in a
+temporary directory, with none of the isolation above, and an
+:class:`UnsandboxedCodeWarning` each call.
 """
 
 from __future__ import annotations
 
+import functools
+import glob
 import itertools
 import json
 import os
@@ -40,11 +55,19 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlvr.verifiers import cgroups
+from rlvr.verifiers.seccomp import Filter, UnsupportedArchitecture, build_filter
+
 __all__ = ["Limits", "SandboxRun", "SandboxUnavailable", "UnsandboxedCodeWarning", "parse_result_line", "resolve_sandbox", "run_job"]
 
 RUNNER = Path(__file__).with_name("_runner.py")
 SANDBOX_ENV = "RLVR_CODE_SANDBOX"
 _UID_BASE = 200_000  # sandbox uids: far above any system or human account
+_PREFIX_IN_JAIL = "/opt/python"  # where an interpreter prefix outside /usr is mounted
+_DEVICES = ("null", "zero", "full", "random", "urandom")
+_MASKED_PROC = ("/proc/keys", "/proc/key-users")
+# Directories of third-party code: hidden in the jail wherever they are found.
+_PACKAGE_DIRS = ("site-packages", "dist-packages", "python-wheels")
 _uid_counter = itertools.count()
 
 
@@ -65,13 +88,20 @@ class Limits:
     tmp_mb: int = 64
     """Size of the private ``/tmp`` (all files together)."""
     processes: int = 32
-    """Processes of the sandbox's uid (RLIMIT_NPROC): a fork bomb stops here."""
+    """Processes of the sandbox's uid (RLIMIT_NPROC): a fork bomb stops here. With a
+    pids cgroup, also the job's tasks (threads included), plus the sandbox's own few."""
     open_files: int = 64
     """Open file descriptors per process (RLIMIT_NOFILE)."""
     output_kb: int = 1024
     """Stdout kept per test; more is a failed test, not a truncated pass."""
     source_chars: int = 64_000
     """Longer programs are refused without running (a 1 MB source scores 0)."""
+    job_memory_mb: int = 1024
+    """Memory of the whole job, page cache and ``/tmp`` included (memory cgroup, where
+    writable); RLIMIT_AS alone bounds each process, not their sum."""
+    job_cpus: float = 1.0
+    """CPUs the whole job may use at once (CFS quota, where a cpu cgroup is writable);
+    0 for no quota. Jobs also get equal CPU weights there."""
 
     def runner_limits(self) -> dict[str, float | int]:
         return {
@@ -121,22 +151,28 @@ def resolve_sandbox(sandbox: str | None) -> str:
 def run_job(job: dict, limits: Limits, sandbox: str | None = None) -> SandboxRun:
     """Run one runner job (see ``_runner.py``) and return its result lines.
 
-    Never leaves a process behind: the job's process group is killed and reaped
-    before this returns, whatever happened inside.
+    Never leaves a process behind: the job's process group (and, where it has them,
+    its cgroups) is killed and reaped before this returns, whatever happened inside.
     """
     mode = resolve_sandbox(sandbox)
+    seccomp = _seccomp_filter(required=mode == "bwrap")
     as_root = os.geteuid() == 0
     job = {
         **job,
         "limits": limits.runner_limits(),
         "uid": _sandbox_uid() if mode == "bwrap" and as_root else None,
         "pid_namespace": mode == "bwrap",
+        "seccomp": seccomp.job_entry() if seccomp else None,
     }
     payload = json.dumps(job).encode()
     start = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="rlvr-code-") as workdir:
+    env = {"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"}
+    workdir, args_fd, job_cgroups = None, None, None
+    try:
         if mode == "bwrap":
-            argv, cwd = _bwrap_argv(limits, as_root), None
+            options, command = _bwrap_args(limits, as_root)
+            args_fd = _pipe_with(b"".join(a.encode() + b"\0" for a in options))
+            argv, cwd = ["bwrap", "--args", str(args_fd), "--", *command], None
         else:
             warnings.warn(
                 "running untrusted code WITHOUT the bubblewrap sandbox (sandbox='none'): it can "
@@ -144,15 +180,27 @@ def run_job(job: dict, limits: Limits, sandbox: str | None = None) -> SandboxRun
                 UnsandboxedCodeWarning,
                 stacklevel=3,
             )
-            argv, cwd = [_python(), "-I", "-S", str(RUNNER)], workdir
-        env = {"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"}
+            # In the caller's temp dir: a verification pool gives each worker its own and
+            # removes it with the worker, so a killed worker leaves nothing behind.
+            workdir = cwd = env["TMPDIR"] = tempfile.mkdtemp(prefix="rlvr-code-")
+            argv = [_python(), "-I", "-S", "-c", _runner_source()]
+        try:
+            job_cgroups = cgroups.create(limits.job_memory_mb << 20, limits.processes + cgroups.TRUSTED_TASKS, limits.job_cpus)
+        except OSError as err:
+            raise SandboxUnavailable(f"could not create the job's cgroups: {err}") from err
+        if job_cgroups is not None:
+            argv = job_cgroups.wrap(argv)
         try:
             proc = subprocess.Popen(
                 argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 cwd=cwd, env=env, start_new_session=True,  # one process group to kill
+                pass_fds=() if args_fd is None else (args_fd,),
             )
         except OSError as err:
             raise SandboxUnavailable(f"could not start the sandbox: {err}") from err
+        if args_fd is not None:
+            os.close(args_fd)
+            args_fd = None
         status = "crashed"  # until _communicate says otherwise
         n_tests = max(len(job.get("probes", [])), len(job.get("inputs", [])))
         try:
@@ -160,8 +208,15 @@ def run_job(job: dict, limits: Limits, sandbox: str | None = None) -> SandboxRun
             out, err, status = _communicate(proc, payload, start + limits.total_s, cap)
         finally:
             _kill_group(proc, grace_s=0.5 if status == "ok" else 0.0)
-            if job["uid"] is not None:
-                _sweep_uid(job["uid"])
+            if job["uid"] is not None and job_cgroups is None:
+                _sweep_uid(job["uid"])  # with cgroups, removing them below does the same, cheaper
+    finally:
+        if args_fd is not None:
+            os.close(args_fd)
+        if job_cgroups is not None:
+            job_cgroups.remove()
+        if workdir is not None:
+            shutil.rmtree(workdir, ignore_errors=True)
     run = SandboxRun(status=status, stderr=err.decode("utf-8", "replace")[-4000:], wall_s=time.monotonic() - start)
     for line in out.split(b"\n"):
         msg = parse_result_line(line)
@@ -171,8 +226,8 @@ def run_job(job: dict, limits: Limits, sandbox: str | None = None) -> SandboxRun
                 break
     if status == "ok" and proc.returncode != 0:
         run.status = "crashed"
-    if mode == "bwrap" and proc.returncode != 0 and not run.lines and b"bwrap:" in err:
-        raise SandboxUnavailable(f"bwrap failed: {run.stderr.strip()}")
+    if proc.returncode != 0 and not run.lines and _failed_to_start(proc.returncode, err, mode):
+        raise SandboxUnavailable(f"the sandbox failed to start: {run.stderr.strip()}")
     return run
 
 
@@ -246,8 +301,53 @@ def _python() -> str:
     return os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
 
 
-def _bwrap_argv(limits: Limits, as_root: bool) -> list[str]:
-    argv = ["bwrap", "--die-with-parent", "--new-session", "--clearenv",
+def _seccomp_filter(required: bool) -> Filter | None:
+    """This machine's filter; without one, bwrap mode refuses to run at all."""
+    try:
+        return _host_filter()
+    except UnsupportedArchitecture as err:
+        if required:
+            raise SandboxUnavailable(f"{err}: untrusted code will not run without its seccomp filter") from None
+        return None
+
+
+@functools.lru_cache(maxsize=1)
+def _host_filter() -> Filter:
+    return build_filter()
+
+
+@functools.lru_cache(maxsize=1)
+def _runner_source() -> str:
+    return RUNNER.read_text()
+
+
+def _pipe_with(data: bytes) -> int:
+    """The read end of a pipe already holding ``data`` (and closed for writing)."""
+    if len(data) > 60_000:  # a pipe buffer holds 64 KiB; no reader runs yet
+        raise SandboxUnavailable(f"bwrap arguments too long ({len(data)} bytes)")
+    read_fd, write_fd = os.pipe()
+    try:
+        os.write(write_fd, data)
+    finally:
+        os.close(write_fd)
+    return read_fd
+
+
+def _failed_to_start(returncode: int, err: bytes, mode: str) -> bool:
+    """Whether a job that produced nothing never got as far as the program: bwrap,
+    the cgroup entry, the runner's start-up or the interpreter itself (exit 127, the
+    dynamic loader) failed. Nothing the program does leads to these."""
+    return (
+        (mode == "bwrap" and b"bwrap:" in err)
+        or cgroups.ENTER_FAILED in err
+        or b"rlvr-runner:" in err
+        or returncode == 127
+    )
+
+
+def _bwrap_args(limits: Limits, as_root: bool) -> tuple[list[str], list[str]]:
+    """bwrap's options (the jail described in the module doc) and the command."""
+    argv = ["--die-with-parent", "--new-session", "--clearenv",
             "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LC_ALL", "C.UTF-8"]
     if as_root:
         # No user namespace: the runner starts as uid 0 with only the capabilities it
@@ -255,25 +355,95 @@ def _bwrap_argv(limits: Limits, as_root: bool) -> list[str]:
         argv += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
                  "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_KILL"]
     else:
-        argv += ["--unshare-all"]  # includes the user namespace
-    for top in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        # The user namespace maps one uid, so the program shares it with bwrap's init,
+        # which holds our stdout: a program could write forged results to
+        # /proc/1/fd/1. --as-pid-1 makes the (non-dumpable) runner the init instead,
+        # which also ignores signals from inside. Its orphans' zombies wait for the
+        # job's end.
+        argv += ["--unshare-all", "--as-pid-1"]
+    for top in _SYSTEM_TOPS:
         if os.path.islink(top):
             argv += ["--symlink", os.readlink(top), top]
         elif os.path.isdir(top):
             argv += ["--ro-bind", top, top]
-    python = _python()
-    prefix = os.path.realpath(sys.base_prefix)
-    if not prefix.startswith("/usr/"):
-        # Parents are created world-traversable: bwrap would copy /root's 0700 otherwise.
-        parts = Path(prefix).parts[1:-1]
+    python, prefix, in_jail = _interpreter_in_jail()
+    if not any(in_jail.startswith(top + "/") for top in _SYSTEM_TOPS):
+        parts = Path(in_jail).parts[1:-1]  # parents world-traversable: bwrap copies the source's (0700)
         for i in range(len(parts)):
             argv += ["--perms", "0755", "--dir", "/" + "/".join(parts[: i + 1])]
-        argv += ["--ro-bind", prefix, prefix]
-    argv += ["--ro-bind", str(RUNNER), "/rlvr_runner.py",
-             "--perms", "1777", "--size", str(limits.tmp_mb << 20), "--tmpfs", "/tmp",
-             "--proc", "/proc", "--dev", "/dev", "--chdir", "/tmp",
-             "--", python, "-I", "-S", "/rlvr_runner.py"]
-    return argv
+        argv += ["--ro-bind", prefix, in_jail]
+        if glob.glob(os.path.join(prefix, "lib", "libpython*.so*")):
+            # Its RUNPATH names the host prefix; the loader tries LD_LIBRARY_PATH first.
+            argv += ["--setenv", "LD_LIBRARY_PATH", in_jail + "/lib"]
+    for host_dir in _package_dirs():
+        jail_dir = in_jail + host_dir[len(prefix):] if host_dir.startswith(prefix + "/") else host_dir
+        argv += ["--tmpfs", jail_dir, "--remount-ro", jail_dir]
+    argv += ["--perms", "1777", "--size", str(limits.tmp_mb << 20), "--tmpfs", "/tmp", "--proc", "/proc"]
+    for masked in _MASKED_PROC:  # as container runtimes do: the keys the uid may view, host-wide
+        argv += ["--dev-bind", "/dev/null", masked]  # reads as empty (a ro bind would be nodev)
+    argv += ["--perms", "0755", "--dir", "/dev"]
+    for name in _DEVICES:
+        argv += ["--dev-bind", "/dev/" + name, "/dev/" + name]
+    argv += ["--symlink", "/proc/self/fd", "/dev/fd"]
+    for fd, name in enumerate(("stdin", "stdout", "stderr")):
+        argv += ["--symlink", f"/proc/self/fd/{fd}", "/dev/" + name]
+    argv += ["--remount-ro", "/", "--chdir", "/tmp"]
+    return argv, [python, "-I", "-S", "-c", _runner_source()]
+
+
+_SYSTEM_TOPS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+
+
+@functools.lru_cache(maxsize=1)
+def _interpreter_in_jail() -> tuple[str, str, str]:
+    """(interpreter path in the jail, host prefix, prefix in the jail).
+
+    A prefix under ``/usr`` is already in the jail. Another one (pyenv's under the
+    home directory, conda's) is mounted at ``/opt/python`` so the jail's tree shows
+    no home directory, provided the interpreter lies inside it; otherwise it keeps its
+    own path. Python finds its standard library from the interpreter's location.
+    """
+    python, prefix = _python(), os.path.realpath(sys.base_prefix)
+    if any(prefix == top or prefix.startswith(top + "/") for top in _SYSTEM_TOPS):
+        return python, prefix, prefix
+    if not python.startswith(prefix + "/"):
+        return python, prefix, prefix
+    return _PREFIX_IN_JAIL + python[len(prefix):], prefix, _PREFIX_IN_JAIL
+
+
+@functools.lru_cache(maxsize=1)
+def _package_dirs() -> tuple[str, ...]:
+    """Every third-party package directory the jail would show (host paths): the
+    ``site-packages``, ``dist-packages`` and ``python-wheels`` directories, and the
+    wheels bundled with ``ensurepip``, under ``/usr`` and the interpreter prefix.
+
+    A full walk (symlinks not followed), once per process: ~0.3 s for ~140,000 entries
+    here. Any Python's packages count (a tool's bundled interpreter under ``/usr/lib``
+    too): a program can add any directory to ``sys.path``.
+    """
+    _, prefix, _ = _interpreter_in_jail()
+    roots = [top for top in _SYSTEM_TOPS if os.path.isdir(top) and not os.path.islink(top)]
+    if not any(prefix == r or prefix.startswith(r + "/") for r in roots):
+        roots.append(prefix)
+    found: list[str] = []
+    stack = list(roots)
+    while stack:
+        d = stack.pop()
+        try:
+            entries = list(os.scandir(d))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if not entry.is_dir(follow_symlinks=False):
+                    continue
+            except OSError:
+                continue
+            if entry.name in _PACKAGE_DIRS or (entry.name == "_bundled" and os.path.basename(d) == "ensurepip"):
+                found.append(entry.path)
+            else:
+                stack.append(entry.path)
+    return tuple(sorted(found))
 
 
 def _communicate(proc: subprocess.Popen, payload: bytes, deadline: float, cap: int) -> tuple[bytes, bytes, str]:
