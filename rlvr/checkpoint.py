@@ -31,11 +31,13 @@ import torch
 from safetensors.torch import load_model as load_safetensors_into
 from safetensors.torch import save_model as save_safetensors
 
+from rlvr.errors import RunStopped
+
 COMPLETE = "COMPLETE"
 RL_START = "rl-start"
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(RunStopped):
     """A checkpoint could not be written or read; the message says which and why."""
 
 

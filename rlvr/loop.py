@@ -35,15 +35,16 @@ from rlvr.checkpoint import (
     step_name,
 )
 from rlvr.config import AlgoConfig, Config, to_toml
-from rlvr.data import Example, format_prompt
+from rlvr.data import Example, chat_prompts, format_prompt
+from rlvr.errors import RunStopped
 from rlvr.metrics import JsonlWriter, PhaseBar, rewind_jsonl
 from rlvr.models import reference_for
 from rlvr.reward import RewardError, RewardTerm, Scores, score_completions
-from rlvr.rollout import Rollouts, concat_rollouts, decode_completions, encode_prompts, generate
+from rlvr.rollout import Rollouts, completion_id_lists, concat_rollouts, decode_completions, encode_prompts, generate
 from rlvr.update import rl_update, sequence_kl_to_reference
 
 
-class TrainingError(RuntimeError):
+class TrainingError(RunStopped):
     """Training cannot go on (e.g. the loss keeps turning NaN); a checkpoint of the last good state exists."""
 
 
@@ -79,7 +80,7 @@ class Sampled:
     rollouts: Rollouts
     texts: list[str]
     rewards_B: torch.Tensor  # weighted sum of the reward terms; NaN = missing
-    correct_B: torch.Tensor  # the correctness verifier's score (the first reward term); NaN = missing
+    correct_B: torch.Tensor  # the correctness term's score (reward.correctness; Scores.correct_B); NaN = missing
 
     def rows(self, rows: torch.Tensor) -> "Sampled":
         return Sampled(
@@ -216,9 +217,11 @@ def grpo_train(
         )
         t1 = time.perf_counter()
         texts = decode_completions(tokenizer, rollouts)
-        scores = score_completions(reward_terms, cfg.reward, prompts, texts, per_row, rollouts.lengths_B.tolist(), rc.max_new_tokens)
-        correct = [float("nan") if v is None else v for v in scores.terms[reward_terms[0].name].values]
-        sampled = Sampled(per_row, rollouts, texts, scores.total_B.to(device), torch.tensor(correct, device=device))
+        scores = score_completions(
+            reward_terms, cfg.reward, prompts, texts, per_row, rollouts.lengths_B.tolist(), rc.max_new_tokens,
+            prompt_messages=chat_prompts(tokenizer, per_row, cfg.data), completion_ids=completion_id_lists(rollouts),
+        )
+        sampled = Sampled(per_row, rollouts, texts, scores.total_B.to(device), scores.correct_B.to(device))
         return sampled, scores, t1 - t0, time.perf_counter() - t1
 
     with JsonlWriter(run_dir / "metrics.jsonl") as metrics_out, JsonlWriter(run_dir / "samples.jsonl") as samples_out:

@@ -40,6 +40,8 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlvr.errors import RunStopped
+
 __all__ = ["Limits", "SandboxRun", "SandboxUnavailable", "UnsandboxedCodeWarning", "parse_result_line", "resolve_sandbox", "run_job"]
 
 RUNNER = Path(__file__).with_name("_runner.py")
@@ -85,7 +87,7 @@ class Limits:
         }
 
 
-class SandboxUnavailable(RuntimeError):
+class SandboxUnavailable(RunStopped):
     """bubblewrap is missing or broken, and the caller did not opt out of the sandbox."""
 
 
