@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -199,3 +200,41 @@ def test_each_error_class_belongs_to_a_family_the_cli_maps_to_its_exit_status(mo
     assert out.exit_code == status, out.output
     assert f"{cls.__name__} says why" in out.output
     assert out.exception is None or isinstance(out.exception, SystemExit)  # caught and reported, not a traceback
+
+
+def _code_run(tmp_path, tests) -> Path:
+    """A python_code run on a data file whose gold tests are JSON objects (issue 11)."""
+    data = tmp_path / "code.jsonl"
+    rows = [{"prompt": f"Write add (variant {i}).", "answer": tests} for i in range(3)]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    config = tmp_path / "code.toml"
+    config.write_text(
+        f'[run]\noutput_dir = {json.dumps(str(tmp_path / "run"))}\n'
+        f'[data]\nsource = "jsonl"\ntrain_path = {json.dumps(str(data))}\neval_fraction = 0.34\n'
+        '[sft]\nsteps = 0\n[reward]\nfunctions = ["python_code"]\n',
+        encoding="utf-8",
+    )
+    return config
+
+
+ADD_TESTS = {"asserts": ["assert add(2, 3) == 5", "assert add(-1, 1) == 0"]}
+
+
+def test_python_code_without_bubblewrap_stops_before_the_model_loads(tmp_path):
+    config = _code_run(tmp_path, ADD_TESTS)
+    no_bwrap = {"PATH": str(tmp_path), "RLVR_CODE_SANDBOX": ""}  # no bwrap on PATH; the sandbox setting left at its default
+    for args in (["train", str(config)], ["train", str(config), "--dry-run"]):
+        out = rlvr(*args, env=no_bwrap, timeout=120)
+        assert out.returncode == 2, out.stderr[-2000:]
+        assert "reward.functions[0] = 'python_code' cannot run here" in out.stderr and "bubblewrap" in out.stderr
+        assert "Traceback" not in out.stderr and out.stdout == ""
+        assert not (tmp_path / "run").exists()  # nothing was written, no model was built
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="the python_code preflight needs bubblewrap")
+def test_dry_run_accepts_python_code_gold_tests_written_as_json_objects(tmp_path):
+    out = rlvr("train", str(_code_run(tmp_path, ADD_TESTS)), "--dry-run")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "2 train and 1 held-out" in out.stderr
+    bad = rlvr("train", str(_code_run(tmp_path, {"asserts": "assert add(2, 3) == 5"})), "--dry-run")
+    assert bad.returncode == 2 and "code.jsonl:1: field 'answer'" in bad.stderr and "is not a python_code tests spec" in bad.stderr

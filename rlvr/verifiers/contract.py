@@ -150,7 +150,9 @@ def resolve_reward(spec: str, imports: Sequence[str] = (), where: str = "reward"
         from rlvr.verifiers import VERIFIERS
 
         if spec not in VERIFIERS:
-            hint = "" if imports else " (a verifier your module registers needs the module in reward.imports)"
+            hint = "" if imports else (
+                " (a verifier your own module registers needs that module imported first: reward.imports, or --import for audit-reward)"
+            )
             raise ConfigError(f"{where}: unknown verifier {spec!r}; registered: {sorted(VERIFIERS)}{hint}")
         fn, name = VERIFIERS[spec], spec
     if not callable(fn):
