@@ -265,7 +265,7 @@ def audit_reward(
 ) -> AuditReport:
     """Run the probe suite of ``domain`` on the reward ``spec``, resolved and called as training
     resolves and calls it (:mod:`rlvr.verifiers.contract`; ``imports`` as ``reward.imports``)."""
-    reward = resolve_reward(spec, imports, where="audit-reward")
+    reward = resolve_reward(spec, imports, where="audit-reward", imports_where="--import")
     domain = domain or KNOWN_DOMAINS.get(spec, "math")
     probes = probes_for(domain)
     # Each probe is one data row: its gold answer, and (for TRL-style rewards, whose datasets call

@@ -115,7 +115,7 @@ def build_reward_terms(cfg: RewardConfig) -> list[RewardTerm]:
     Raises ConfigError naming the entry. With reward.workers > 0 each per-item verifier gets a
     worker pool: call `close_reward_terms`."""
     weights = cfg.weights or [1.0] * len(cfg.functions)
-    rewards = [resolve_reward(spec, cfg.imports, where=f"reward.functions[{i}]") for i, spec in enumerate(cfg.functions)]
+    rewards = resolve_rewards(cfg)
     names: list[str] = []
     for i, reward in enumerate(rewards):
         name = reward.name
@@ -143,6 +143,11 @@ def build_reward_terms(cfg: RewardConfig) -> list[RewardTerm]:
     return terms
 
 
+def resolve_rewards(cfg: RewardConfig) -> list[Reward]:
+    """`reward.functions` resolved by the contract, after `reward.imports`; ConfigError naming the entry."""
+    return [resolve_reward(spec, cfg.imports, where=f"reward.functions[{i}]") for i, spec in enumerate(cfg.functions)]
+
+
 def _correctness_index(cfg: RewardConfig, names: list[str]) -> int:
     if not cfg.correctness:
         return 0
@@ -164,7 +169,7 @@ def answer_check(cfg: RewardConfig) -> Callable[[str], bool | str] | None:
     answer must pass the check of at least one term that declares one (on multi-task data each
     row belongs to some term: boxed_math + python_code accepts both kinds of row); otherwise the
     row is refused with each term's reason. A correctness term without a check checks nothing."""
-    rewards = [resolve_reward(spec, cfg.imports, where=f"reward.functions[{i}]") for i, spec in enumerate(cfg.functions)]
+    rewards = resolve_rewards(cfg)
     names = [r.name for r in rewards]
     if getattr(rewards[_correctness_index(cfg, names)], "check_answer", None) is None:
         return None

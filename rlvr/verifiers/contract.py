@@ -135,10 +135,11 @@ def import_modules(modules: Sequence[str], where: str = "reward.imports") -> Non
             raise ConfigError(f"{where}[{i}]: cannot import {module!r}: {type(err).__name__}: {err}") from None
 
 
-def resolve_reward(spec: str, imports: Sequence[str] = (), where: str = "reward") -> Reward:
+def resolve_reward(spec: str, imports: Sequence[str] = (), where: str = "reward", imports_where: str = "reward.imports") -> Reward:
     """The reward a spec names: a registered name or ``module:function``. ``imports`` are imported
-    first (their ``@register`` decorators run). Raises ConfigError prefixed with ``where``."""
-    import_modules(imports)
+    first (their ``@register`` decorators run). Raises ConfigError prefixed with ``where`` (or
+    ``imports_where[i]`` for a module that does not import)."""
+    import_modules(imports, imports_where)
     module_name, colon, attr = (part.strip() for part in spec.partition(":"))
     if colon:
         try:
@@ -231,14 +232,7 @@ class Reward:
                     errors[i], values[i] = _describe(value), None
                 else:
                     values[i] = value
-        out: list[float | None] = []
-        for i, value in enumerate(values):
-            try:
-                out.append(None if errors[i] else as_reward(value))
-            except (TypeError, ValueError) as err:
-                out.append(None)
-                errors[i] = _describe(err)
-        return out, errors
+        return _as_rewards(values, errors)
 
     # ---------------------------------------------------------------- batched
     def call_batch(
@@ -257,16 +251,7 @@ class Reward:
         raw = list(raw)
         if len(raw) != len(completions):
             raise ValueError(f"returned {len(raw)} rewards for {len(completions)} completions")
-        values: list[float | None] = []
-        errors: list[str | None] = []
-        for v in raw:
-            try:
-                values.append(as_reward(v))
-                errors.append(None)
-            except (TypeError, ValueError) as err:
-                values.append(None)
-                errors.append(_describe(err))
-        return values, errors
+        return _as_rewards(raw, [None] * len(raw))
 
     # ---------------------------------------------------------------- the pool's protocol
     def __call__(self, completion: str, gold: str | Item) -> float | None:
@@ -320,6 +305,18 @@ def run_awaitable(awaitable: Any) -> Any:
         return asyncio.run(wait())
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         return pool.submit(asyncio.run, wait()).result()
+
+
+def _as_rewards(raw: list[Any], errors: list[str | None]) -> tuple[list[float | None], list[str | None]]:
+    """Each row's value through :func:`as_reward`; a value that is not a reward is that row's error."""
+    values: list[float | None] = []
+    for i, value in enumerate(raw):
+        try:
+            values.append(None if errors[i] else as_reward(value))
+        except (TypeError, ValueError) as err:
+            values.append(None)
+            errors[i] = _describe(err)
+    return values, errors
 
 
 async def _gather(awaitables: list[Any]) -> list[Any]:
