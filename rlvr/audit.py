@@ -9,11 +9,13 @@ false-positive rate (probes rewarded above 0), errors and timeouts, and the slow
 inputs. Controls (honest correct completions) must be rewarded, so that a reward that
 always returns 0 does not pass as strict.
 
-The reward is a registered verifier name, or ``module:function``, either per item
-``f(completion, answer) -> float`` or TRL-style batched
-``f(prompts, completions, **columns) -> list[float | None]`` (detected from the
-parameter names, or forced). Batched functions get the columns ``answer`` and
-``solution`` (both the gold answer).
+The reward is resolved and called exactly as training resolves and calls it
+(:mod:`rlvr.verifiers.contract`): a registered verifier name (``--import`` a module that
+registers one, as ``reward.imports``) or ``module:function``, per item
+``f(completion, answer, **fields)`` or TRL-batched ``f(prompts, completions, **columns)``
+(told apart by the parameter names). Each probe is one data row; batched functions get it as a
+batch of one, with the columns ``answer`` and ``solution`` (both the gold answer). A probe the
+reward returns None for counts as an error: it was not scored.
 
 Code probes are cheats, not attacks: they exit early, fake equality, patch test
 machinery or print partial output, and at worst loop or sleep (killed by the pool's
@@ -27,11 +29,14 @@ import inspect
 import json
 import textwrap
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
-from rlvr.verifiers.pool import VerifierPool, resolve_verifier
+from rlvr.config import ConfigError
+from rlvr.errors import RunStopped
+from rlvr.verifiers.contract import Item, Reward, is_batched, resolve_reward
+from rlvr.verifiers.pool import VerifierPool
 
-__all__ = ["AuditReport", "Probe", "audit_reward", "probes_for"]
+__all__ = ["AuditReport", "Probe", "audit_reward", "is_batched", "probes_for"]
 
 KNOWN_DOMAINS = {"boxed_math": "math", "python_code": "code", "python_code_all_or_nothing": "code", "think_format": "format"}
 
@@ -206,36 +211,31 @@ def probes_for(domain: str) -> list[Probe]:
     """The probe suite of a domain: ``math``, ``code`` or ``format``."""
     suites: dict[str, Callable[[], list[Probe]]] = {"math": _math_probes, "code": _code_probes, "format": _format_probes}
     if domain not in suites:
-        raise ValueError(f"unknown domain {domain!r}; choose from {sorted(suites)}")
+        raise ConfigError(f"--domain: unknown probe suite {domain!r}; choose from {sorted(suites)}")
     return suites[domain]()
 
 
 # ------------------------------------------------------------------------ running
 
 
-def is_batched(fn: Callable[..., Any]) -> bool:
-    """TRL's reward signature starts ``(prompts, completions, ...)``."""
-    try:
-        params = list(inspect.signature(fn).parameters)
-    except (TypeError, ValueError):
-        return False
-    return params[:2] == ["prompts", "completions"]
+class _NoneIsAnError:
+    """The reward as the pool calls it, with None (no score) made an error: a probe the reward
+    declines to score says nothing about whether it can be gamed, and a control it declines is
+    unrewarded. Picklable; what the reward declares (timeouts) reads through."""
 
+    def __init__(self, reward: Reward) -> None:
+        self.reward = reward
 
-class BatchedAsItem:
-    """A TRL-style batched reward called on one item (picklable, for the worker pool)."""
+    def __call__(self, completion: str, item: Item) -> float:
+        value = self.reward(completion, item)
+        if value is None:
+            raise ValueError("returned None: no score (in training, a row no term scores is missing)")
+        return value
 
-    def __init__(self, spec: str) -> None:
-        self.spec = spec
-
-    def __call__(self, completion: str, answer: str) -> float:
-        prompt, _, answer = answer.partition("\x00")  # the prompt travels with the answer
-        values = resolve_verifier(self.spec)([prompt], [completion], answer=[answer], solution=[answer])
-        if not isinstance(values, (list, tuple)) or len(values) != 1:
-            raise TypeError(f"a batched reward must return a list of 1 value for 1 completion, got {values!r:.100}")
-        if values[0] is None:
-            raise ValueError("the reward returned None (sample excluded)")
-        return values[0]
+    def __getattr__(self, name: str) -> Any:
+        if name == "reward" or name.startswith("__"):  # not set yet (unpickling), or Python's own protocol
+            raise AttributeError(name)
+        return getattr(self.reward, name)
 
 
 @dataclass
@@ -270,24 +270,29 @@ class AuditReport:
 
 
 def audit_reward(
-    spec: str, *, domain: str | None = None, batched: bool | None = None, workers: int = 2, timeout_s: float = 10.0
+    spec: str, *, domain: str | None = None, imports: Sequence[str] = (), workers: int = 2, timeout_s: float = 10.0
 ) -> AuditReport:
-    """Run the probe suite of ``domain`` on the reward ``spec`` (see the module doc)."""
-    fn = resolve_verifier(spec)
+    """Run the probe suite of ``domain`` on the reward ``spec``, resolved and called as training
+    resolves and calls it (:mod:`rlvr.verifiers.contract`; ``imports`` as ``reward.imports``)."""
+    reward = resolve_reward(spec, imports, where="audit-reward", imports_where="--import")
     domain = domain or KNOWN_DOMAINS.get(spec, "math")
-    batched = is_batched(fn) if batched is None else batched
     probes = probes_for(domain)
-    answers = [f"{p.prompt}\x00{p.answer}" if batched else p.answer for p in probes]
-    with VerifierPool(BatchedAsItem(spec) if batched else spec, workers=workers, timeout_s=timeout_s) as pool:
-        result = pool.score([p.completion for p in probes], answers)
-    report = AuditReport(spec, domain, batched, messages=result.messages)
-    for probe, score, seconds in zip(probes, result.scores, result.item_seconds):
+    # Each probe is one data row: its gold answer, and (for TRL-style rewards, whose datasets call
+    # the gold `solution`) the same gold as the solution column.
+    items = [Item(p.answer, {"solution": p.answer, "level": None}, p.prompt) for p in probes]
+    try:
+        with VerifierPool(_NoneIsAnError(reward), workers=workers, timeout_s=timeout_s) as pool:
+            result = pool.score([p.completion for p in probes], items)
+    except RuntimeError as err:  # the workers could not run the reward at all
+        raise RunStopped(f"audit-reward {spec}: {err}") from None
+    report = AuditReport(spec, domain, reward.batched, messages=result.messages)
+    for probe, score, failed, seconds in zip(probes, result.scores, result.failed, result.item_seconds):
         stats = report.categories.setdefault(probe.category, CategoryStats())
         stats.probes += 1
-        if score is None:
-            stats.timeouts += seconds >= timeout_s
-            stats.errors += seconds < timeout_s
-        elif score > 0:
+        if failed:
+            stats.timeouts += seconds >= pool.timeout_s
+            stats.errors += seconds < pool.timeout_s
+        elif score is not None and score > 0:
             stats.rewarded += 1
             if not probe.control:
                 report.false_positives.append((probe.category, probe.name, score))

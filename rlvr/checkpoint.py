@@ -31,12 +31,14 @@ import torch
 from safetensors.torch import load_model as load_safetensors_into
 from safetensors.torch import save_model as save_safetensors
 
+from rlvr.errors import RunStopped
+
 COMPLETE = "COMPLETE"
 RL_START = "rl-start"  # written by runs before stage checkpoints: SFT and the first evaluation done
 STAGE_PREFIX = "stage-"
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(RunStopped):
     """A checkpoint could not be written or read; the message says which and why."""
 
 

@@ -8,6 +8,9 @@
     rlvr export RUN_DIR OUT_DIR        the run's policy as a Hugging Face model directory
     rlvr config                        every field with its default and meaning
     rlvr audit-reward mypkg.rewards:fn  probe a reward function for known reward hacks
+
+Exit status: 0 done; 2 a usage error (config, data, model path, argument: rlvr.errors.UsageError),
+nothing trained; 1 a run that had to stop (rlvr.errors.RunStopped), or an audit that failed.
 """
 
 from __future__ import annotations
@@ -21,8 +24,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from rlvr.config import Config, ConfigError, field_help, load_config, to_toml
-from rlvr.data import DataError
+from rlvr.config import Config, field_help, load_config, to_toml
+from rlvr.errors import EXIT_RUN_STOPPED, EXIT_USAGE, RunStopped, UsageError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Reinforcement learning of language models on verifiable rewards.")
 console = Console(stderr=True)
@@ -33,27 +36,23 @@ OVERRIDES = typer.Argument(None, help="Dotted overrides such as algo.beta=0.04 (
 def _load(config: Optional[str], overrides: Optional[list[str]]) -> Config:
     try:
         return load_config(config, overrides or [])
-    except ConfigError as err:
+    except UsageError as err:
         console.print(f"[red]config error:[/] {err}")
-        raise typer.Exit(2) from None
+        raise typer.Exit(EXIT_USAGE) from None
 
 
 def _run(cfg: Config, command: str, quiet: bool, resume: bool = False) -> None:
-    from rlvr.checkpoint import CheckpointError
-    from rlvr.loop import TrainingError
     from rlvr.metrics import Reporter
     from rlvr.pipeline import run
-    from rlvr.reward import RewardError
-    from rlvr.rollout import DecodingError
 
     try:
         run(cfg, Reporter(console, enabled=not quiet), command, resume=resume)
-    except (ConfigError, DataError) as err:
+    except UsageError as err:
         console.print(f"[red]error:[/] {err}")
-        raise typer.Exit(2) from None
-    except (RewardError, TrainingError, CheckpointError, DecodingError) as err:
+        raise typer.Exit(EXIT_USAGE) from None
+    except RunStopped as err:
         console.print(f"[red]stopped:[/] {err}")
-        raise typer.Exit(1) from None
+        raise typer.Exit(EXIT_RUN_STOPPED) from None
 
 
 RESUME = typer.Option(
@@ -91,7 +90,10 @@ def lab(
 def train(
     config: Optional[str] = typer.Argument(None, help="TOML config file (omit with --resume: the run's own config.toml is used)."),
     overrides: Optional[list[str]] = OVERRIDES,
-    dry_run: bool = typer.Option(False, "--dry-run", help="Validate config and data, print the resolved config, stop."),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Validate config and data, check that the reward terms can run and that the model's config and "
+        "tokenizer load, print the resolved config, stop."
+    ),
     resume: Optional[str] = RESUME,
     quiet: bool = typer.Option(False, help="No progress bars."),
 ) -> None:
@@ -110,20 +112,29 @@ def train(
         raise typer.Exit(2)
     cfg = _load(config, overrides)
     if dry_run:
-        from rlvr.pipeline import load_splits
-
-        skipped: list = []
-        try:
-            train_set, held_out = load_splits(cfg, skipped)
-        except (ConfigError, DataError) as err:
-            console.print(f"[red]error:[/] {err}")
-            raise typer.Exit(2) from None
-        sys.stdout.write(to_toml(cfg).lstrip("\n"))
-        for problem in skipped:
-            console.print(f"[yellow]skipped[/] {problem.where}: {problem.message}")
-        console.print(f"[green]ok:[/] config valid; {len(train_set)} train and {len(held_out)} held-out examples")
+        _dry_run(cfg)
         return
     _run(cfg, "train", quiet)
+
+
+def _dry_run(cfg: Config) -> None:
+    """What a run checks before it loads the model, plus the model's config and tokenizer."""
+    from rlvr.models import check_model_loads
+    from rlvr.pipeline import load_splits
+    from rlvr.reward import build_reward_terms, close_reward_terms
+
+    skipped: list = []
+    try:
+        close_reward_terms(build_reward_terms(cfg.reward))  # imports, signatures, the sandbox
+        train_set, held_out = load_splits(cfg, skipped)
+        model = f"; model {cfg.model.path} ({check_model_loads(cfg.model.path, cfg.model.trust_remote_code)})" if cfg.model.path else ""
+    except UsageError as err:
+        console.print(f"[red]error:[/] {err}")
+        raise typer.Exit(EXIT_USAGE) from None
+    sys.stdout.write(to_toml(cfg).lstrip("\n"))
+    for problem in skipped:
+        console.print(f"[yellow]skipped[/] {problem.where}: {problem.message}")
+    console.print(f"[green]ok:[/] config valid; {len(train_set)} train and {len(held_out)} held-out examples{model}")
 
 
 @app.command()
@@ -133,14 +144,13 @@ def export(
     step: Optional[int] = typer.Option(None, help="Export this step's checkpoint (default: the newest complete one)."),
 ) -> None:
     """Write a run's policy as a model directory that AutoModelForCausalLM.from_pretrained loads."""
-    from rlvr.checkpoint import CheckpointError
     from rlvr.pipeline import export_checkpoint
 
     try:
         source = export_checkpoint(Path(run_dir), Path(out_dir), step)
-    except (ConfigError, CheckpointError) as err:
+    except (UsageError, RunStopped) as err:  # whatever went wrong, it is about the run directory given
         console.print(f"[red]error:[/] {err}")
-        raise typer.Exit(2) from None
+        raise typer.Exit(EXIT_USAGE) from None
     console.print(f"[green]exported[/] {source} -> {out_dir}")
 
 
@@ -160,18 +170,25 @@ def show_config() -> None:
 def audit_reward_command(
     spec: str = typer.Argument(..., help="A registered verifier (boxed_math, python_code, ...) or module:function."),
     domain: Optional[str] = typer.Option(None, help="Probe suite: math, code or format (default: from the verifier, else math)."),
-    batched: Optional[bool] = typer.Option(None, "--batched/--per-item", help="Force the signature (default: detected)."),
+    imports: Optional[list[str]] = typer.Option(
+        None, "--import", help="A module to import first, so a verifier it registers can be named (as reward.imports); repeatable.",
+        show_default=False,
+    ),
     timeout: float = typer.Option(10.0, help="Seconds per probe before it counts as a timeout."),
     workers: int = typer.Option(2, help="Worker processes."),
 ) -> None:
-    """Run a reward function on reward-hacking probes; exit 1 on any false positive, error or timeout."""
+    """Run a reward function on reward-hacking probes, called as training calls it; exit 1 on any
+    false positive, error or timeout."""
     from rlvr.audit import audit_reward, format_report
 
     try:
-        report = audit_reward(spec, domain=domain, batched=batched, workers=workers, timeout_s=timeout)
-    except (ValueError, RuntimeError) as err:
+        report = audit_reward(spec, domain=domain, imports=imports or [], workers=workers, timeout_s=timeout)
+    except UsageError as err:
         console.print(f"[red]error:[/] {err}")
-        raise typer.Exit(2) from None
+        raise typer.Exit(EXIT_USAGE) from None
+    except RunStopped as err:
+        console.print(f"[red]stopped:[/] {err}")
+        raise typer.Exit(EXIT_RUN_STOPPED) from None
     sys.stdout.write(format_report(report) + "\n")
     raise typer.Exit(0 if report.passed else 1)
 

@@ -23,13 +23,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from rlvr.errors import UsageError
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
 
-class ConfigError(ValueError):
+class ConfigError(UsageError):
     """A config file, key or value is invalid; the message names the field."""
 
 
@@ -298,11 +300,19 @@ class EvalConfig:
 class RewardConfig:
     functions: list[str] = knob(
         ["boxed_math"],
-        "Reward terms: registered verifier names (rlvr.verifiers.VERIFIERS, e.g. boxed_math) or 'module:function' import paths "
-        "of TRL-style functions f(prompts, completions, **columns) -> list[float | None]. The first is the correctness "
-        "verifier that held-out accuracy uses.",
+        "Reward terms: registered verifier names (rlvr.verifiers.VERIFIERS, e.g. boxed_math; or one a module in reward.imports "
+        "registers) or 'module:function' import paths. Per item f(completion, answer, **fields) -> float | None, or TRL-batched "
+        "f(prompts, completions, **columns) -> list[float | None]: told apart by the parameter names (docs/verifiers.md).",
     )
     weights: list[float] = knob([], "One weight per reward function (empty = all 1.0); the reward is the weighted sum.")
+    correctness: str = knob(
+        "", "The term that judges correctness (held-out accuracy, dynamic sampling): an entry of reward.functions or its "
+        "metric name; empty = the first."
+    )
+    imports: list[str] = knob(
+        [], "Modules imported before reward.functions are resolved (in every worker too), so verifiers they register with "
+        "@rlvr.verifiers.register can be named, e.g. [\"mypkg.rewards\"]."
+    )
     overlong_buffer_frac: float = knob(
         0.0, "DAPO soft overlong punishment over the last frac * max_new_tokens tokens (L_cache / L_max), as its own reward term; 0 = off."
     )
@@ -316,21 +326,28 @@ class RewardConfig:
         "that long (python_code: 1.25 x its sandbox's 20 s + 1 s), and for python_code a timeout scores 0, not missing."
     )
     max_missing_frac: float = knob(
-        0.5, "Stop the run when more than this share of a step's rewards are missing (None, NaN, error, timeout): a broken reward, not noise."
+        0.5, "Stop the run when more than this share of a step's rewards are missing (no term scored the completion, or a term "
+        "failed on it: error, timeout): a broken reward, not noise."
     )
 
     def validate(self) -> None:
         from rlvr.verifiers import VERIFIERS
 
         _require(bool(self.functions), "reward.functions", "needs at least one reward function")
+        for i, module in enumerate(self.imports):
+            _require(all(part.isidentifier() for part in module.split(".")), f"reward.imports[{i}]", f"{module!r} is not a module name")
         for i, name in enumerate(self.functions):
-            ok = name in VERIFIERS or (name.count(":") == 1 and all(part.strip() for part in name.split(":")))
+            is_path = name.count(":") == 1 and all(part.strip() for part in name.split(":"))
+            # a name a module in reward.imports registers is known only once it is imported (rlvr.reward does that)
+            ok = is_path or name in VERIFIERS or (bool(self.imports) and ":" not in name and bool(name.strip()))
             _require(ok, f"reward.functions[{i}]", f"{name!r} is neither a registered verifier {sorted(VERIFIERS)} nor 'module:function'")
         _require(
             not self.weights or len(self.weights) == len(self.functions),
             "reward.weights",
             f"has {len(self.weights)} entries for {len(self.functions)} reward functions (give one per function, or none)",
         )
+        names = {n for spec in self.functions for n in (spec, spec.rpartition(":")[2].rpartition(".")[2].strip())}
+        _require(not self.correctness or self.correctness in names, "reward.correctness", f"{self.correctness!r} is none of reward.functions {self.functions}")
         _require(0.0 <= self.overlong_buffer_frac <= 1.0, "reward.overlong_buffer_frac", "must be in [0, 1]")
         _require(self.overlong_penalty >= 0.0, "reward.overlong_penalty", "must be >= 0")
         _require(0.0 <= self.max_missing_frac <= 1.0, "reward.max_missing_frac", "must be in [0, 1]")

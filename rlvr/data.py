@@ -18,9 +18,10 @@ from typing import Any, Callable, Iterator
 from transformers import PreTrainedTokenizerBase
 
 from rlvr.config import DataConfig
+from rlvr.errors import UsageError
 
 
-class DataError(ValueError):
+class DataError(UsageError):
     """A data file is unusable; the message names the file and line."""
 
 
@@ -38,13 +39,32 @@ def boxed(answer: str) -> str:
     return "\\boxed{" + answer + "}"
 
 
+def uses_chat_template(tokenizer: PreTrainedTokenizerBase, cfg: DataConfig) -> bool:
+    return bool(cfg.use_chat_template and getattr(tokenizer, "chat_template", None))
+
+
+def prompt_messages(prompt: str, cfg: DataConfig) -> list[dict[str, str]]:
+    """The chat messages a prompt becomes under a chat template (system prompt first, if any)."""
+    messages = [{"role": "system", "content": cfg.system_prompt}] if cfg.system_prompt else []
+    messages.append({"role": "user", "content": prompt})
+    return messages
+
+
 def format_prompt(tokenizer: PreTrainedTokenizerBase, prompt: str, cfg: DataConfig) -> str:
     """The exact text the model is conditioned on: the chat template when the tokenizer has one."""
-    if cfg.use_chat_template and getattr(tokenizer, "chat_template", None):
-        messages = [{"role": "system", "content": cfg.system_prompt}] if cfg.system_prompt else []
-        messages.append({"role": "user", "content": prompt})
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    if uses_chat_template(tokenizer, cfg):
+        return tokenizer.apply_chat_template(prompt_messages(prompt, cfg), tokenize=False, add_generation_prompt=True)
     return prompt
+
+
+def chat_prompts(tokenizer: PreTrainedTokenizerBase, examples: list[Example], cfg: DataConfig) -> list[list[dict[str, str]]] | None:
+    """The prompts as TRL hands them to reward functions when they went through a chat template
+    (one message list per example), or None when they did not (the prompt text is what they get)."""
+    return [prompt_messages(e.prompt, cfg) for e in examples] if uses_chat_template(tokenizer, cfg) else None
+
+
+# A gold-answer check: True when the answer can be scored, else False or the reason (a string).
+AnswerCheck = Callable[[str], "bool | str"]
 
 
 class _BadRow(Exception):
@@ -62,14 +82,19 @@ def solution_targets(examples: list[Example], batch_size: int, seed: int) -> Ite
             yield examples[i], examples[i].solution or ""
 
 
-def _field(record: dict[str, Any], name: str, required: bool) -> str | None:
+def _field(record: dict[str, Any], name: str, required: bool, structured: bool = False) -> str | None:
+    """The field as text. With `structured` a JSON object is accepted too and becomes its JSON text
+    (python_code's gold tests may be written as an object in the data file)."""
     if name not in record or record[name] is None:
         if required:
             raise _BadRow(f"missing field {name!r}", f"missing field {name!r} (fields present: {sorted(record)})")
         return None
     value = record[name]
+    if structured and isinstance(value, dict):
+        return json.dumps(value, ensure_ascii=False)
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise _BadRow(f"wrong type of field {name!r}", f"field {name!r} must be a string or number, got {type(value).__name__}")
+        kinds = "a string, number or JSON object" if structured else "a string or number"
+        raise _BadRow(f"wrong type of field {name!r}", f"field {name!r} must be {kinds}, got {type(value).__name__}")
     text = str(value)
     if required and not text.strip():
         raise _BadRow(f"empty field {name!r}", f"field {name!r} is empty")
@@ -83,7 +108,7 @@ class Problem:
     message: str
 
 
-def _parse_line(raw: bytes, lineno: int, cfg: DataConfig, need_solution: bool, answer_ok: Callable[[str], bool] | None) -> Example | None:
+def _parse_line(raw: bytes, lineno: int, cfg: DataConfig, need_solution: bool, answer_ok: AnswerCheck | None) -> Example | None:
     try:
         # utf-8-sig on the first line accepts the BOM some editors write
         line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
@@ -101,12 +126,11 @@ def _parse_line(raw: bytes, lineno: int, cfg: DataConfig, need_solution: bool, a
     if level is not None and not re.fullmatch(r"-?[0-9]+", level.strip()):
         raise _BadRow(f"bad field {cfg.level_field!r}", f"field {cfg.level_field!r} must be an integer, got {level!r}")
     prompt = _field(record, cfg.prompt_field, required=True)
-    answer = _field(record, cfg.answer_field, required=True)
-    if answer_ok is not None and not answer_ok(answer):
-        raise _BadRow(
-            f"unparseable field {cfg.answer_field!r}",
-            f"field {cfg.answer_field!r} = {answer[:80]!r} cannot be matched by the verifier even against itself (not a final answer)",
-        )
+    answer = _field(record, cfg.answer_field, required=True, structured=True)
+    verdict = answer_ok(answer) if answer_ok is not None else True
+    if isinstance(verdict, str) or not verdict:
+        why = verdict if isinstance(verdict, str) else "cannot be matched by the verifier even against itself (not a final answer)"
+        raise _BadRow(f"unparseable field {cfg.answer_field!r}", f"field {cfg.answer_field!r} = {answer[:80]!r} {why}")
     return Example(
         prompt=prompt,
         answer=answer,
@@ -120,7 +144,7 @@ def read_jsonl(
     path: str | Path,
     cfg: DataConfig,
     need_solution: bool = False,
-    answer_ok: Callable[[str], bool] | None = None,
+    answer_ok: AnswerCheck | None = None,
     skipped: list[Problem] | None = None,
 ) -> list[Example]:
     """Read and validate every line, then report every problem at once.
@@ -173,7 +197,7 @@ def load_jsonl_splits(
     cfg: DataConfig,
     seed: int,
     need_solution: bool,
-    answer_ok: Callable[[str], bool] | None = None,
+    answer_ok: AnswerCheck | None = None,
     skipped: list[Problem] | None = None,
 ) -> tuple[list[Example], list[Example]]:
     """Train and held-out examples from the user's files (held out from train when no eval file)."""

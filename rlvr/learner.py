@@ -18,7 +18,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from rlvr.checkpoint import fault_point, restore_rng_state, rng_state
 from rlvr.config import Config
-from rlvr.data import Example, format_prompt
+from rlvr.data import Example, chat_prompts, format_prompt
 from rlvr.models import reference_for
 from rlvr.rollout import Rollouts, decode_completions, encode_prompts, generate
 from rlvr.update import UpdateSettings, rl_update, sequence_kl_to_reference
@@ -31,12 +31,14 @@ class Generation:
     prompts: list[str]  # the formatted prompt of every row
     rollouts: Rollouts
     texts: list[str]  # the decoded completions
+    prompt_messages: list[list[dict[str, str]]] | None = None  # per row, when prompts went through a chat template
 
 
 class Learner(Protocol):
     """The verbs the RL loop needs from whatever holds the policy."""
 
     policy: torch.nn.Module  # what a checkpoint saves (safetensors keeps tied weights tied)
+    pad_token_id: int  # pads rollouts of several sampling rounds to one batch
 
     def generate(self, examples: list[Example]) -> Generation:
         """Sample G completions of each example's prompt from the current policy."""
@@ -69,7 +71,7 @@ class LocalLearner:
     """
 
     def __init__(self, policy: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, cfg: Config) -> None:
-        self.policy, self.tokenizer = policy, tokenizer
+        self.policy, self.tokenizer, self.pad_token_id = policy, tokenizer, tokenizer.pad_token_id
         self.rollout_cfg, self.data_cfg, self.algo = cfg.rollout, cfg.data, cfg.algo
         self.settings = UpdateSettings.from_config(cfg)
         self.device = next(policy.parameters()).device
@@ -94,7 +96,9 @@ class LocalLearner:
             max_new_tokens=rc.max_new_tokens, eos_id=self.tokenizer.eos_token_id, pad_id=self.tokenizer.pad_token_id,
             temperature=rc.temperature, top_p=rc.top_p, generator=self.generator, group_size=G, engine=rc.engine,
         )
-        return Generation([p for p in distinct for _ in range(G)], rollouts, decode_completions(self.tokenizer, rollouts))
+        per_row = [e for e in examples for _ in range(G)]
+        return Generation([p for p in distinct for _ in range(G)], rollouts, decode_completions(self.tokenizer, rollouts),
+                          chat_prompts(self.tokenizer, per_row, self.data_cfg))
 
     def reference_kl(self, rollouts: Rollouts) -> torch.Tensor:
         if self.reference is None:

@@ -27,13 +27,14 @@ from rlvr.algorithms import compute_advantages, group_stats, informative_groups
 from rlvr.checkpoint import CheckpointError, fault_point, load_step, save_step, step_name
 from rlvr.config import AlgoConfig, Config, to_toml
 from rlvr.data import Example
+from rlvr.errors import RunStopped
 from rlvr.learner import Learner
 from rlvr.metrics import JsonlWriter, PhaseBar, rewind_jsonl
 from rlvr.reward import RewardError, RewardTerm, Scores, score_completions
-from rlvr.rollout import Rollouts, concat_rollouts
+from rlvr.rollout import Rollouts, completion_id_lists, concat_rollouts
 
 
-class TrainingError(RuntimeError):
+class TrainingError(RunStopped):
     """Training cannot go on (e.g. the loss keeps turning NaN); a checkpoint of the last good state exists."""
 
 
@@ -69,7 +70,7 @@ class Sampled:
     rollouts: Rollouts
     texts: list[str]
     rewards_B: torch.Tensor  # weighted sum of the reward terms; NaN = missing
-    correct_B: torch.Tensor  # the correctness verifier's score (the first reward term); NaN = missing
+    correct_B: torch.Tensor  # the correctness term's score (reward.correctness; Scores.correct_B); NaN = missing
 
     def rows(self, rows: torch.Tensor) -> "Sampled":
         return Sampled(
@@ -166,7 +167,7 @@ def rl_train(
         for step in range(start + 1, tc.steps + 1):
             t_start = time.perf_counter()
             samples = collect_batch(lambda: sample_round(learner, stream.take(rc.prompts_per_step), reward_terms, cfg),
-                                    rc.prompts_per_step, G, ac, learner.tokenizer.pad_token_id)
+                                    rc.prompts_per_step, G, ac, learner.pad_token_id)
             batch, scores = samples.batch, samples.scores
             _check_missing(step, scores, cfg)
             t_verified = time.perf_counter()
@@ -212,10 +213,11 @@ def sample_round(learner: Learner, batch: list[Example], terms: list[RewardTerm]
     t1 = time.perf_counter()
     G, rollouts, device = cfg.rollout.group_size, generation.rollouts, generation.rollouts.completion_ids_BT.device
     per_row = [e for e in batch for _ in range(G)]
-    scores = score_completions(terms, cfg.reward, generation.prompts, generation.texts, per_row, rollouts.lengths_B.tolist(),
-                               cfg.rollout.max_new_tokens)
-    correct = [float("nan") if v is None else v for v in scores.terms[terms[0].name].values]
-    sampled = Sampled(per_row, rollouts, generation.texts, scores.total_B.to(device), torch.tensor(correct, device=device))
+    scores = score_completions(
+        terms, cfg.reward, generation.prompts, generation.texts, per_row, rollouts.lengths_B.tolist(), cfg.rollout.max_new_tokens,
+        prompt_messages=generation.prompt_messages, completion_ids=completion_id_lists(rollouts),
+    )
+    sampled = Sampled(per_row, rollouts, generation.texts, scores.total_B.to(device), scores.correct_B.to(device))
     return sampled, scores, t1 - t0, time.perf_counter() - t1
 
 

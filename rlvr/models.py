@@ -20,6 +20,7 @@ import torch
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, pre_tokenizers
 from tokenizers.models import WordLevel
 from transformers import (
+    AutoConfig,
     AutoModelForCausalLM,
     AutoTokenizer,
     PreTrainedModel,
@@ -122,6 +123,18 @@ def load_tokenizer(path: str, trust_remote_code: bool = False) -> PreTrainedToke
             raise ModelError(f"model.path: the tokenizer of {path} has neither a pad nor an EOS token; cannot batch or stop")
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
+
+
+def check_model_loads(path: str, trust_remote_code: bool = False) -> str:
+    """What a dry run checks without loading weights: the model's config and its tokenizer load
+    (by hub id through the hub client and its cache). Returns the model type; ModelError if not."""
+    check_model_path(path)
+    try:
+        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as err:
+        raise ModelError(f"model.path: cannot load a model config from {path!r}: {_first_line(err)}") from None
+    load_tokenizer(path, trust_remote_code)
+    return config.model_type
 
 
 def load_model(path: str, dtype: str = "float32", device: str = "cpu", trust_remote_code: bool = False) -> PreTrainedModel:

@@ -52,7 +52,7 @@ from rlvr.checkpoint import (
     step_name,
 )
 from rlvr.config import RESUMABLE_CHANGES, Config, ConfigError, atomic_write_text, changes_breaking_resume, load_config, save_config, to_toml
-from rlvr.data import Example, Problem, boxed, format_prompt, load_jsonl_splits, solution_targets
+from rlvr.data import Example, Problem, format_prompt, load_jsonl_splits, solution_targets
 from rlvr.learner import LocalLearner
 from rlvr.loop import TrainingError, rl_train
 from rlvr.metrics import Reporter, plot_reward_curve
@@ -71,8 +71,7 @@ from rlvr.models import (
 from rlvr.stages.evaluate import EvalResult, evaluate, num_batches
 from rlvr.stages.sft import sft_train
 from rlvr.tasks.arithmetic import make_splits, sft_targets as arithmetic_sft_targets
-from rlvr.verifiers import get_verifier
-from rlvr.reward import build_reward_terms, close_reward_terms
+from rlvr.reward import answer_check, build_reward_terms, close_reward_terms, correctness_term
 
 
 def prepare_run_dir(cfg: Config, command: str, resume: bool) -> tuple[Path, bool]:
@@ -82,6 +81,8 @@ def prepare_run_dir(cfg: Config, command: str, resume: bool) -> tuple[Path, bool
             raise ConfigError("run.output_dir: resuming needs the run directory")
         cfg.run.output_dir = f"runs/{command}-{datetime.now():%Y%m%d-%H%M%S}"
     run_dir = Path(cfg.run.output_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError(f"run.output_dir: {run_dir} is a file, not a directory")
     started = (run_dir / "config.toml").exists()
     if resume and not started:
         raise ConfigError(f"run.output_dir: {run_dir} holds no run to resume (no config.toml)")
@@ -90,18 +91,18 @@ def prepare_run_dir(cfg: Config, command: str, resume: bool) -> tuple[Path, bool
             f"run.output_dir: {run_dir} already holds a run; continue it with --resume {run_dir} "
             "(or checkpoint.auto_resume=true), or choose another directory"
         )
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:  # a parent that is a file, no permission, a read-only disk
+        raise ConfigError(f"run.output_dir: cannot create {run_dir}: {err.strerror or err}") from None
     return run_dir, started
 
 
 def load_splits(cfg: Config, skipped: list[Problem] | None = None) -> tuple[list[Example], list[Example]]:
     if cfg.data.source == "arithmetic":
         return make_splits(cfg.task, cfg.run.seed)
-    answer_ok = None
-    if cfg.reward.functions[0] == "boxed_math":  # a gold answer the verifier cannot match to itself can never be rewarded
-        verify = get_verifier("boxed_math")
-        answer_ok = lambda answer: verify(boxed(answer), answer) == 1.0  # noqa: E731
-    return load_jsonl_splits(cfg.data, cfg.run.seed, need_solution=cfg.sft.steps > 0, answer_ok=answer_ok, skipped=skipped)
+    # a gold answer the correctness verifier refuses (boxed_math: cannot match it to itself) can never be rewarded
+    return load_jsonl_splits(cfg.data, cfg.run.seed, need_solution=cfg.sft.steps > 0, answer_ok=answer_check(cfg.reward), skipped=skipped)
 
 
 def prepare_model(cfg: Config, run_dir: Path):
@@ -141,7 +142,7 @@ def configure_cpu_math() -> None:
 def run(cfg: Config, reporter: Reporter, command: str = "train", resume: bool = False) -> dict:
     """The whole recipe; with `resume` (or checkpoint.auto_resume) it continues the run in
     run.output_dir from its newest complete checkpoint, with the result of an uninterrupted run."""
-    reward_terms = build_reward_terms(cfg.reward)  # import errors surface here, before any work
+    reward_terms = build_reward_terms(cfg.reward)  # import errors and a missing sandbox surface here, before any work
     try:
         return _run(cfg, reporter, command, resume, reward_terms)
     finally:
@@ -263,7 +264,7 @@ def eval_stage(name: str, ctx: RunContext) -> None:
     cfg, held_out = ctx.cfg, ctx.held_out
     fault_point(f"eval_{name}")
     with ctx.reporter.phase(f"eval:{name}", num_batches(len(held_out), cfg.eval)) as bar:
-        result = ctx.timed(f"eval_{name}", lambda: evaluate(ctx.model, ctx.tokenizer, held_out, cfg.data, cfg.eval, ctx.reward_terms[0],
+        result = ctx.timed(f"eval_{name}", lambda: evaluate(ctx.model, ctx.tokenizer, held_out, cfg.data, cfg.eval, correctness_term(ctx.reward_terms),
                                                             bar, engine=cfg.rollout.engine))
     atomic_write_text(ctx.run_dir / f"eval_{name}.jsonl", "".join(json.dumps(sample) + "\n" for sample in result.samples))
     ctx.evals[name] = result

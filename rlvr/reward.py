@@ -1,139 +1,191 @@
 """(2) Scoring a batch of completions: reward terms, weights, missing rewards, per-term metrics.
 
 The reward of a completion is the weighted sum of its terms (`reward.functions` with
-`reward.weights`, plus DAPO's overlong term when `reward.overlong_buffer_frac > 0`). A term is
+`reward.weights`, plus DAPO's overlong term when `reward.overlong_buffer_frac > 0`). Each term is
+resolved and called as :mod:`rlvr.verifiers.contract` says (the same way the worker pool and
+`rlvr audit-reward` call it): a per-item verifier `f(completion, answer, **fields)` once per
+completion, a TRL-batched function `f(prompts, completions, **columns)` once per batch.
 
-- a registered verifier, `f(completion, answer) -> float`, called once per completion, or
-- any function with TRL's reward signature, named by import path (`mypkg.rewards:brevity`):
-  `f(prompts, completions, **columns) -> list[float | None]`, called once per batch with the
-  columns `answer`, `solution`, `level`, `completion_lengths` and the example's extra fields.
+Missing values follow TRL: a term that returns None (or NaN) for a row does not score that row,
+and the row's reward is the weighted sum of the terms that do (multi-task data: a code term
+returns None on math rows). A row no term scores has a missing reward (NaN), which the advantage
+step leaves out of its group statistics and the loss leaves out entirely. Two differences from
+TRL, both towards not training on a half-computed reward: a term that *fails* on a row (raises,
+returns junk or an infinity, times out) makes that row missing whatever the other terms say; and
+only terms of non-zero weight count as scoring a row (a weight-0 term is a metric, and the
+overlong term is shaping, not a verdict). Every None, error and timeout is counted per term.
 
-A value that is None, NaN or inf, or a call that raises, makes that term *missing* for that
-completion; a completion with any missing term (of non-zero weight) has a missing reward (NaN),
-which the advantage step leaves out of its group statistics and the loss leaves out entirely.
-Every missing value and every error is counted per term, never scored as 0 in silence.
+The correctness term (`reward.correctness`, default the first) is what held-out accuracy and
+dynamic sampling read: `correctness_term(terms)`, `Scores.correct_B`.
 """
 
 from __future__ import annotations
 
-import importlib
-import math
-import numbers
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 
 from rlvr.algorithms import overlong_penalty
 from rlvr.config import ConfigError, RewardConfig
 from rlvr.data import Example
-from rlvr.verifiers import VERIFIERS
+from rlvr.errors import RunStopped
+from rlvr.verifiers.contract import Item, Reward, batch_columns, chat_completions, example_fields, resolve_reward, reward_from_callable
 from rlvr.verifiers.pool import VerifierPool
 
 
 RESERVED_NAMES = {"overlong", "mean", "std", "missing", "frac_groups_all_equal", "kl_sequence"}
 
 
-class RewardError(RuntimeError):
-    """Too many rewards are missing for the run to mean anything."""
+class RewardError(RunStopped):
+    """Too many rewards are missing for the run to mean anything, or a reward's workers failed."""
 
 
 @dataclass
 class TermScores:
-    values: list[float | None]  # None = missing
+    values: list[float | None]  # None = this term did not score the row (returned None/NaN, or failed)
     errors: int = 0
     first_error: str | None = None
     timeouts: int = 0
+    failed: set[int] = field(default_factory=set)  # rows where the term raised, returned junk or timed out
+
+    @staticmethod
+    def of_rows(values: list[float | None], errors: list[str | None]) -> "TermScores":
+        failed = {i for i, e in enumerate(errors) if e}
+        return TermScores(values, len(failed), next((e for e in errors if e), None), failed=failed)
 
 
 @dataclass
 class RewardTerm:
     name: str  # the metrics key: reward/<name>
     weight: float
-    fn: Callable[..., Any]
-    batched: bool  # True: TRL signature, one call per batch
+    fn: Callable[..., Any] | None
+    batched: bool  # True: TRL signature, one call per batch (as the contract detects it)
     pool: VerifierPool | None = None  # worker processes with a hard per-item timeout
+    correctness: bool = False  # the term that judges correctness (reward.correctness)
+    reward: Reward | None = None  # how `fn` is called; built from `fn` when not given
 
-    def score(self, prompts: list[str], completions: list[str], examples: list[Example], lengths: list[int]) -> TermScores:
+    def __post_init__(self) -> None:
+        if self.reward is None and self.fn is not None:
+            self.reward = reward_from_callable(self.fn, self.name)
+        if self.reward is not None and self.reward.batched != self.batched:
+            kind = "TRL-batched" if self.reward.batched else "per item"
+            raise ValueError(f"reward term {self.name!r}: its signature makes it {kind}, not batched={self.batched}")
+
+    def score(
+        self,
+        prompts: list[str],
+        completions: list[str],
+        examples: list[Example],
+        lengths: list[int],
+        *,
+        prompt_messages: list[list[dict[str, str]]] | None = None,
+        completion_ids: list[list[int]] | None = None,
+    ) -> TermScores:
+        """This term on every completion. `prompt_messages` and `completion_ids`: see score_completions."""
         if self.batched:
-            return self._score_batched(prompts, completions, examples, lengths)
-        if self.pool is not None:
-            result = self.pool.score(completions, [e.answer for e in examples])
-            values = []
-            for v in result.scores:
-                try:
-                    values.append(_as_reward(v))
-                except TypeError:
-                    values.append(None)
-                    result.errors += 1
-            first = result.messages[0] if result.messages else None
-            return TermScores(values, result.errors, first, result.timeouts)
-        out = TermScores([])
-        for completion, example in zip(completions, examples):
+            assert self.reward is not None
+            chat = prompt_messages is not None
             try:
-                out.values.append(_as_reward(self.fn(completion, example.answer)))
-            except Exception as err:  # a verifier that raises on one sample must not stop the run
-                out.values.append(None)
-                out.errors += 1
-                out.first_error = out.first_error or f"{type(err).__name__}: {err}"
-        return out
-
-    def _score_batched(self, prompts, completions, examples, lengths) -> TermScores:
-        columns: dict[str, list[Any]] = {
-            "answer": [e.answer for e in examples],
-            "solution": [e.solution for e in examples],
-            "level": [e.level for e in examples],
-            "completion_lengths": list(lengths),
-        }
-        for key in sorted({k for e in examples for k in e.info} - {"prompts", "completions"}):  # TRL's own arguments win
-            columns.setdefault(key, [e.info.get(key) for e in examples])
-        try:
-            raw = self.fn(prompts=prompts, completions=completions, **columns)
-            if len(raw) != len(completions):
-                raise ValueError(f"returned {len(raw)} rewards for {len(completions)} completions")
-            values = [_as_reward(v) for v in raw]
-        except Exception as err:
-            return TermScores([None] * len(completions), len(completions), f"{type(err).__name__}: {err}")
-        return TermScores(values)
-
-
-def _as_reward(value: Any) -> float | None:
-    """A finite float, or None for a missing reward (None, NaN, inf). Anything else is an error."""
-    if value is None:
-        return None
-    if isinstance(value, torch.Tensor) and value.numel() == 1:
-        value = value.item()
-    if hasattr(value, "dtype") and hasattr(value, "item") and getattr(value, "shape", None) == ():
-        value = value.item()  # a NumPy scalar (np.float32(0.5), np.bool_(True), ...)
-    if not isinstance(value, numbers.Real):  # bool is a Real: True = 1.0, as TRL's reward functions may return
-        raise TypeError(f"a reward must be a number or None, got {type(value).__name__}")
-    value = float(value)
-    return value if math.isfinite(value) else None
+                values, errors = self.reward.call_batch(
+                    prompt_messages if chat else prompts, chat_completions(completions) if chat else completions,
+                    batch_columns(examples, lengths), completion_ids,
+                )
+            except Exception as err:  # the whole call failed: every row of the batch
+                message = f"{type(err).__name__}: {err}"
+                return TermScores([None] * len(completions), len(completions), message, failed=set(range(len(completions))))
+            return TermScores.of_rows(values, errors)
+        if self.pool is not None:
+            items = [Item(e.answer, example_fields(e)) for e in examples]
+            try:
+                result = self.pool.score(completions, items)
+            except RuntimeError as err:  # the workers cannot run at all (not one bad item)
+                raise RewardError(f"reward term {self.name!r}: {err}") from None
+            failed = {i for i, f in enumerate(result.failed) if f}
+            first = result.messages[0] if result.messages else None
+            return TermScores(list(result.scores), result.errors, first, result.timeouts, failed)
+        assert self.reward is not None
+        values, errors = self.reward.score_items(completions, [e.answer for e in examples], [example_fields(e) for e in examples])
+        return TermScores.of_rows(values, errors)
 
 
 def build_reward_terms(cfg: RewardConfig) -> list[RewardTerm]:
-    """Resolve `reward.functions` (registry names or import paths) before any work starts.
-    With reward.workers > 0 each registered verifier gets a worker pool: `close_reward_terms`."""
+    """Resolve `reward.functions` (after importing `reward.imports`) and run each verifier's
+    preflight (python_code: the sandbox runs a known-good program), before any model loads.
+    Raises ConfigError naming the entry. With reward.workers > 0 each per-item verifier gets a
+    worker pool: call `close_reward_terms`."""
     weights = cfg.weights or [1.0] * len(cfg.functions)
-    terms, seen = [], set()
-    for i, (spec, weight) in enumerate(zip(cfg.functions, weights)):
-        if spec in VERIFIERS:
-            name, fn, batched = spec, VERIFIERS[spec], False
-        else:
-            module_name, attr = spec.split(":")
-            try:
-                fn = getattr(importlib.import_module(module_name.strip()), attr.strip())
-            except (ImportError, AttributeError) as err:
-                raise ConfigError(f"reward.functions[{i}]: cannot import {spec!r}: {err}") from None
-            if not callable(fn):
-                raise ConfigError(f"reward.functions[{i}]: {spec!r} is not callable")
-            name, batched = attr.strip(), True
-        if name in seen or name in RESERVED_NAMES:  # reward/<name> must not overwrite the step's own reward/ metrics
+    rewards = resolve_rewards(cfg)
+    names: list[str] = []
+    for i, reward in enumerate(rewards):
+        name = reward.name
+        if name in names or name in RESERVED_NAMES:  # reward/<name> must not overwrite the step's own reward/ metrics
             name = f"{name}_{i}"
-        seen.add(name)
-        pool = VerifierPool(spec, workers=cfg.workers, timeout_s=cfg.timeout_s) if cfg.workers and not batched else None
-        terms.append(RewardTerm(name, float(weight), fn, batched, pool))
+        names.append(name)
+    chosen = _correctness_index(cfg, names)
+    preflown: set[int] = set()
+    for i, reward in enumerate(rewards):
+        check = getattr(reward, "preflight", None)
+        if check is not None and id(check) not in preflown:
+            preflown.add(id(check))
+            try:
+                check()
+            except Exception as err:
+                raise ConfigError(f"reward.functions[{i}] = {cfg.functions[i]!r} cannot run here: {type(err).__name__}: {err}") from None
+    terms: list[RewardTerm] = []
+    try:
+        for i, (reward, name, weight) in enumerate(zip(rewards, names, weights)):
+            pool = VerifierPool(reward, workers=cfg.workers, timeout_s=cfg.timeout_s) if cfg.workers and not reward.batched else None
+            terms.append(RewardTerm(name, float(weight), reward.fn, reward.batched, pool, correctness=i == chosen, reward=reward))
+    except BaseException:
+        close_reward_terms(terms)
+        raise
     return terms
+
+
+def resolve_rewards(cfg: RewardConfig) -> list[Reward]:
+    """`reward.functions` resolved by the contract, after `reward.imports`; ConfigError naming the entry."""
+    return [resolve_reward(spec, cfg.imports, where=f"reward.functions[{i}]") for i, spec in enumerate(cfg.functions)]
+
+
+def _correctness_index(cfg: RewardConfig, names: list[str]) -> int:
+    if not cfg.correctness:
+        return 0
+    for i, (spec, name) in enumerate(zip(cfg.functions, names)):
+        if cfg.correctness in (spec, name):
+            return i
+    raise ConfigError(f"reward.correctness: {cfg.correctness!r} is neither an entry of reward.functions {cfg.functions} nor a term name {names}")
+
+
+def correctness_term(terms: list[RewardTerm]) -> RewardTerm:
+    """The term that judges correctness (`reward.correctness`; the first when none is marked)."""
+    return next((t for t in terms if t.correctness), terms[0])
+
+
+def answer_check(cfg: RewardConfig) -> Callable[[str], bool | str] | None:
+    """The gold-answer check data loading applies (`rlvr.data.read_jsonl`'s `answer_ok`), or None.
+
+    When the correctness term declares one (`check_answer`: boxed_math, python_code), a gold
+    answer must pass the check of at least one term that declares one (on multi-task data each
+    row belongs to some term: boxed_math + python_code accepts both kinds of row); otherwise the
+    row is refused with each term's reason. A correctness term without a check checks nothing."""
+    rewards = resolve_rewards(cfg)
+    names = [r.name for r in rewards]
+    if getattr(rewards[_correctness_index(cfg, names)], "check_answer", None) is None:
+        return None
+    checks = {r.name: r.check_answer for r in rewards if getattr(r, "check_answer", None) is not None}
+
+    def check(answer: str) -> bool | str:
+        reasons = []
+        for name, check_answer in checks.items():
+            try:
+                check_answer(answer)
+                return True
+            except ValueError as err:
+                reasons.append(str(err) if len(checks) == 1 else f"{name}: {err}")
+        return "; ".join(reasons)
+
+    return check
 
 
 def close_reward_terms(terms: list[RewardTerm]) -> None:
@@ -146,9 +198,10 @@ def close_reward_terms(terms: list[RewardTerm]) -> None:
 class Scores:
     total_B: torch.Tensor  # weighted sum per completion; NaN where missing
     terms: dict[str, TermScores] = field(default_factory=dict)
+    correct_B: torch.Tensor | None = None  # the correctness term's scores; NaN where it gave none
 
     def metrics(self) -> dict[str, float | int | None]:
-        """reward/<term> (mean over present values), reward/<term>/missing and /errors."""
+        """reward/<term> (mean over present values), reward/<term>/missing, /errors and /timeouts."""
         out: dict[str, float | int | None] = {}
         for name, t in self.terms.items():
             present = [v for v in t.values if v is not None]
@@ -161,18 +214,20 @@ class Scores:
     @staticmethod
     def merge(parts: list["Scores"]) -> "Scores":
         """Scores of several generation rounds as one (for the step's metrics)."""
-        merged = Scores(torch.cat([p.total_B for p in parts]))
+        correct = [p.correct_B for p in parts]
+        merged = Scores(torch.cat([p.total_B for p in parts]), correct_B=None if any(c is None for c in correct) else torch.cat(correct))
         for name in parts[0].terms:
             ts = [p.terms[name] for p in parts]
+            offsets = [sum(len(t.values) for t in ts[:k]) for k in range(len(ts))]
             merged.terms[name] = TermScores(
                 [v for t in ts for v in t.values], sum(t.errors for t in ts), next((t.first_error for t in ts if t.first_error), None),
-                sum(t.timeouts for t in ts),
+                sum(t.timeouts for t in ts), {offset + i for t, offset in zip(ts, offsets) for i in t.failed},
             )
         return merged
 
     def problems(self) -> str:
         return "; ".join(
-            f"{name}: {sum(v is None for v in t.values)} missing, {t.errors} errors, {t.timeouts} timeouts"
+            f"{name}: {sum(v is None for v in t.values)} not scored, {t.errors} errors, {t.timeouts} timeouts"
             + (f" (first: {t.first_error})" if t.first_error else "")
             for name, t in self.terms.items()
             if t.errors or any(v is None for v in t.values)
@@ -187,18 +242,44 @@ def score_completions(
     examples: list[Example],
     lengths: list[int],
     max_new_tokens: int,
+    *,
+    prompt_messages: Sequence[list[dict[str, str]]] | None = None,
+    completion_ids: Sequence[list[int]] | None = None,
 ) -> Scores:
-    """Every term on every completion, combined by weight."""
-    scores = Scores(torch.zeros(len(completions)))
+    """Every term on every completion, combined by weight (missing values: see the module doc).
+
+    `prompts` are the texts the model was conditioned on. When they went through a chat template,
+    pass `prompt_messages` (`rlvr.data.chat_prompts`): TRL-batched terms then get the messages as
+    `prompts` and each completion as `[{"role": "assistant", "content": text}]`, as TRL passes
+    them. `completion_ids` (`rlvr.rollout.completion_id_lists`: EOS included, no padding) reach
+    batched terms as TRL's `completion_ids`. Per-item verifiers always get the completion text.
+    """
+    n = len(completions)
+    total_B = torch.zeros(n)
+    scored_B = torch.zeros(n, dtype=torch.bool)
+    failed_B = torch.zeros(n, dtype=torch.bool)
+    scores = Scores(total_B)
+    messages = list(prompt_messages) if prompt_messages is not None else None
+    ids = list(completion_ids) if completion_ids is not None else None
     for term in terms:
-        t = term.score(prompts, completions, examples, lengths)
+        t = term.score(prompts, completions, examples, lengths, prompt_messages=messages, completion_ids=ids)
         scores.terms[term.name] = t
+        present_B = torch.tensor([v is not None for v in t.values], dtype=torch.bool)
+        values_B = torch.tensor([float("nan") if v is None else v for v in t.values])
+        if term.correctness:
+            scores.correct_B = values_B
         if term.weight != 0.0:
-            values = torch.tensor([float("nan") if v is None else v for v in t.values])
-            scores.total_B += term.weight * values  # NaN (missing) stays NaN
+            total_B += torch.where(present_B, term.weight * values_B, 0.0)
+            scored_B |= present_B
+            if t.failed:
+                failed_B[sorted(t.failed)] = True
     if cfg.overlong_buffer_frac > 0:
         buffer = max(1, round(cfg.overlong_buffer_frac * max_new_tokens))
         penalty_B = overlong_penalty(torch.tensor(lengths), max_new_tokens, buffer, cfg.overlong_penalty)
         scores.terms["overlong"] = TermScores(penalty_B.tolist())
-        scores.total_B += penalty_B
+        total_B += penalty_B
+    total_B[~scored_B | failed_B] = float("nan")
+    if scores.correct_B is None and terms:  # hand-built terms without a marked one: the first judges
+        first = scores.terms[terms[0].name].values
+        scores.correct_B = torch.tensor([float("nan") if v is None else v for v in first])
     return scores

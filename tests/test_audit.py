@@ -129,3 +129,36 @@ def test_cli_exit_codes() -> None:
     assert bad.exit_code == 1 and "false positives" in bad.stdout
     unknown = runner.invoke(app, ["audit-reward", "no_such_reward"])
     assert unknown.exit_code == 2
+
+
+def declines(completion: str, answer: str) -> float | None:
+    return None
+
+
+def test_a_reward_that_declines_to_score_fails_the_audit_with_the_reason() -> None:
+    report = audit_reward("test_audit:declines")
+    assert not report.passed and report.false_positives == []
+    assert sum(s.errors for s in report.categories.values()) == len(probes_for("math"))
+    assert "returned None" in format_report(report)
+
+
+def test_a_verifier_registered_by_the_users_module_is_audited_by_name(tmp_path, monkeypatch) -> None:
+    from typer.testing import CliRunner
+
+    from rlvr.cli import app
+    from rlvr.verifiers import VERIFIERS
+
+    (tmp_path / "audited_rewards.py").write_text(
+        "from rlvr.verifiers import boxed_math, register\n\n"
+        "@register('strict_math')\ndef strict_math(completion, answer):\n    return boxed_math(completion, answer)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        runner = CliRunner()
+        unknown = runner.invoke(app, ["audit-reward", "strict_math"])
+        assert unknown.exit_code == 2 and "--import" in unknown.output
+        # the spawned workers import the module too: registered there, the name resolves there
+        ok = runner.invoke(app, ["audit-reward", "strict_math", "--import", "audited_rewards", "--workers", "1"])
+        assert ok.exit_code == 0 and "reward: strict_math  (per item, math probes)" in ok.stdout, ok.output
+    finally:
+        VERIFIERS.pop("strict_math", None)

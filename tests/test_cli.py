@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,9 +17,9 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = "examples/qwen2.5-1.5b-gsm8k.toml"
 
 
-def rlvr(*args: str, columns: int = 1000, timeout: float = 300) -> subprocess.CompletedProcess:
+def rlvr(*args: str, columns: int = 1000, timeout: float = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     # A wide console so that rich does not fold long messages (paths) across lines.
-    env = {**os.environ, "COLUMNS": str(columns), "NO_COLOR": "1", "TERM": "dumb"}
+    env = {**os.environ, "COLUMNS": str(columns), "NO_COLOR": "1", "TERM": "dumb", **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "rlvr.cli", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
     )
@@ -57,17 +58,56 @@ def test_bad_value_in_config_file_exits_2_naming_file_and_field(tmp_path):
     assert out.stdout == ""
 
 
-def test_dry_run_of_the_example_prints_the_resolved_config(tmp_path):
-    out = rlvr("train", EXAMPLE, "--dry-run")
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory):
+    """A model directory as save_pretrained writes it (the lab's tiny model, untrained)."""
+    from rlvr.config import TinyModelConfig
+    from rlvr.models import build_char_tokenizer, build_tiny_model, save_pretrained
+
+    tokenizer = build_char_tokenizer()
+    model = build_tiny_model(tokenizer, TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=32), 0)
+    return save_pretrained(model, tokenizer, tmp_path_factory.mktemp("tiny-model"))
+
+
+def test_dry_run_of_the_example_prints_the_resolved_config(tmp_path, tiny_model_dir):
+    # A dry run now loads the model's config and tokenizer (issue 11), so the example's hub model
+    # (not reachable offline) is swapped for a local one; everything else is the example's.
+    override = f"model.path={tiny_model_dir}"
+    out = rlvr("train", EXAMPLE, override, "--dry-run")
     assert out.returncode == 0, out.stderr
     # stdout is exactly the resolved config as TOML: save it and it loads back to the same tree
     printed = tmp_path / "resolved.toml"
     printed.write_text(out.stdout, encoding="utf-8")
     resolved = load_config(printed)
-    assert resolved == load_config(ROOT / EXAMPLE)
+    assert resolved == load_config(ROOT / EXAMPLE, [override])
     assert resolved != Config()
-    assert resolved.model.path == "Qwen/Qwen2.5-1.5B-Instruct"
+    assert load_config(ROOT / EXAMPLE).model.path == "Qwen/Qwen2.5-1.5B-Instruct"
     assert "11 train and 1 held-out" in out.stderr  # 12 sample lines, 5% held out (at least one)
+    assert f"model {tiny_model_dir} (qwen3)" in out.stderr
+
+
+@pytest.mark.parametrize("path, why", [
+    ("/no/such/model", "does not exist"),
+    ("{tmp}", "has no config.json"),
+    ("no-such-org/no-such-model-xyz", "cannot load a model config"),  # a hub id: not cached, and offline
+])
+def test_dry_run_loads_the_model_config_and_tokenizer(tmp_path, path, why):
+    path = path.format(tmp=tmp_path)
+    out = rlvr("train", EXAMPLE, f"model.path={path}", "--dry-run", env={"HF_HUB_OFFLINE": "1"})
+    assert out.returncode == 2, out.stderr
+    assert f"model.path: " in out.stderr and why in out.stderr and path in out.stderr
+    assert "Traceback" not in out.stderr and out.stdout == ""
+
+
+def test_an_output_dir_that_is_a_file_exits_2_naming_the_field(tmp_path):
+    existing = tmp_path / "notes.txt"
+    existing.write_text("not a run\n")
+    for target in (existing, existing / "run"):  # the directory itself, or a parent, is a file
+        out = rlvr("lab", f"run.output_dir={target}", "train.steps=0", "sft.steps=0", "task.num_eval=1")
+        assert out.returncode == 2, out.stderr[-2000:]
+        assert "run.output_dir" in out.stderr and str(existing) in out.stderr
+        assert "Traceback" not in out.stderr
+    assert existing.read_text() == "not a run\n"
 
 
 def test_dry_run_with_a_bad_data_line_exits_2_naming_file_and_line(tmp_path):
@@ -125,3 +165,76 @@ def test_lab_runs_end_to_end_at_toy_size(tmp_path):
     assert (run_dir / "model" / "config.json").is_file()
     # the saved config reproduces the run's settings
     assert load_config(run_dir / "config.toml") == load_config(overrides=overrides)
+
+
+def _error_classes():
+    from rlvr.checkpoint import CheckpointError
+    from rlvr.config import ConfigError
+    from rlvr.data import DataError
+    from rlvr.loop import TrainingError
+    from rlvr.models import ModelError
+    from rlvr.reward import RewardError
+    from rlvr.rollout import DecodingError
+    from rlvr.verifiers.sandbox import SandboxUnavailable
+
+    return [(ConfigError, 2), (DataError, 2), (ModelError, 2), (RewardError, 1), (TrainingError, 1), (CheckpointError, 1),
+            (DecodingError, 1), (SandboxUnavailable, 1)]
+
+
+@pytest.mark.parametrize("index", range(8))
+def test_each_error_class_belongs_to_a_family_the_cli_maps_to_its_exit_status(monkeypatch, index):
+    from typer.testing import CliRunner
+
+    import rlvr.pipeline
+    from rlvr.cli import app
+    from rlvr.errors import RunStopped, UsageError
+
+    cls, status = _error_classes()[index]
+    assert issubclass(cls, UsageError if status == 2 else RunStopped)
+
+    def fails(*args, **kwargs):
+        raise cls(f"{cls.__name__} says why")
+
+    monkeypatch.setattr(rlvr.pipeline, "run", fails)
+    out = CliRunner().invoke(app, ["lab", "--quiet"])
+    assert out.exit_code == status, out.output
+    assert f"{cls.__name__} says why" in out.output
+    assert out.exception is None or isinstance(out.exception, SystemExit)  # caught and reported, not a traceback
+
+
+def _code_run(tmp_path, tests) -> Path:
+    """A python_code run on a data file whose gold tests are JSON objects (issue 11)."""
+    data = tmp_path / "code.jsonl"
+    rows = [{"prompt": f"Write add (variant {i}).", "answer": tests} for i in range(3)]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    config = tmp_path / "code.toml"
+    config.write_text(
+        f'[run]\noutput_dir = {json.dumps(str(tmp_path / "run"))}\n'
+        f'[data]\nsource = "jsonl"\ntrain_path = {json.dumps(str(data))}\neval_fraction = 0.34\n'
+        '[sft]\nsteps = 0\n[reward]\nfunctions = ["python_code"]\n',
+        encoding="utf-8",
+    )
+    return config
+
+
+ADD_TESTS = {"asserts": ["assert add(2, 3) == 5", "assert add(-1, 1) == 0"]}
+
+
+def test_python_code_without_bubblewrap_stops_before_the_model_loads(tmp_path):
+    config = _code_run(tmp_path, ADD_TESTS)
+    no_bwrap = {"PATH": str(tmp_path), "RLVR_CODE_SANDBOX": ""}  # no bwrap on PATH; the sandbox setting left at its default
+    for args in (["train", str(config)], ["train", str(config), "--dry-run"]):
+        out = rlvr(*args, env=no_bwrap, timeout=120)
+        assert out.returncode == 2, out.stderr[-2000:]
+        assert "reward.functions[0] = 'python_code' cannot run here" in out.stderr and "bubblewrap" in out.stderr
+        assert "Traceback" not in out.stderr and out.stdout == ""
+        assert not (tmp_path / "run").exists()  # nothing was written, no model was built
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="the python_code preflight needs bubblewrap")
+def test_dry_run_accepts_python_code_gold_tests_written_as_json_objects(tmp_path):
+    out = rlvr("train", str(_code_run(tmp_path, ADD_TESTS)), "--dry-run")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "2 train and 1 held-out" in out.stderr
+    bad = rlvr("train", str(_code_run(tmp_path, {"asserts": "assert add(2, 3) == 5"})), "--dry-run")
+    assert bad.returncode == 2 and "code.jsonl:1: field 'answer'" in bad.stderr and "is not a python_code tests spec" in bad.stderr

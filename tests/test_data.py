@@ -74,6 +74,23 @@ def test_number_answers_become_strings(tmp_path, answer, expected):
     assert isinstance(example.answer, str)
 
 
+def test_a_json_object_answer_becomes_its_json_text_for_the_verifier_to_judge(tmp_path):
+    # python_code's gold tests may be written as an object in the data file (issue 11); whether
+    # an object can be a gold answer is the verifier's call (answer_ok), not the reader's
+    tests = {"asserts": ["assert add(2, 3) == 5"], "setup": "x = 'é'"}
+    path = write_lines(tmp_path / "d.jsonl", [rec(prompt="p", answer=tests)])
+    (example,) = read_jsonl(path, DataConfig())
+    assert json.loads(example.answer) == tests and example.info["answer"] == tests
+    from rlvr.config import RewardConfig
+    from rlvr.reward import answer_check
+
+    python_code_check = answer_check(RewardConfig(functions=["python_code"]))
+    assert read_jsonl(path, DataConfig(), answer_ok=python_code_check)[0].answer == example.answer
+    bad = write_lines(tmp_path / "bad.jsonl", [rec(prompt="p", answer={"assert": ["add(2, 3) == 5"]})])
+    with pytest.raises(DataError, match=r"bad\.jsonl:1: field 'answer' = .* is not a python_code tests spec: code tests must be a dict"):
+        read_jsonl(bad, DataConfig(), answer_ok=python_code_check)
+
+
 def test_non_ascii_text_is_read_as_utf8(tmp_path):
     path = tmp_path / "d.jsonl"
     path.write_bytes('{"prompt": "Combien font 3×4 ? — café", "answer": "12"}\n'.encode("utf-8"))
@@ -98,7 +115,6 @@ BAD_LINES = [
     ("bool level", rec(prompt="p", answer="1", level=True), "level"),
     ("list answer", rec(prompt="p", answer=[1, 2]), "answer"),
     ("list prompt", rec(prompt=["p"], answer="1"), "prompt"),
-    ("dict answer", rec(prompt="p", answer={"v": 1}), "answer"),
     ("bool answer", rec(prompt="p", answer=True), "answer"),
     ("list solution", rec(prompt="p", answer="1", solution=["a"]), "solution"),
 ]
@@ -324,7 +340,7 @@ def test_every_bad_row_is_reported_with_line_field_and_a_count_per_kind(tmp_path
                   "1 wrong type of field 'answer'", "1 missing field 'prompt'", "1 missing field 'answer'"]:
         assert count in counts, count
     for line in [f"{path}:2: field 'prompt' is empty", f"{path}:3: id 1 already on line 1", f"{path}:4: invalid JSON",
-                 f"{path}:5: field 'answer' = '\\\\frac{{1}}{{' cannot be matched", f"{path}:6: field 'answer' must be a string or number",
+                 f"{path}:5: field 'answer' = '\\\\frac{{1}}{{' cannot be matched", f"{path}:6: field 'answer' must be a string, number or JSON object",
                  f"{path}:7: missing field 'prompt'", f"{path}:9: missing field 'answer'"]:
         assert line in text, line
     assert "data.skip_bad_rows" in text

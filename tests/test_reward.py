@@ -56,14 +56,20 @@ def test_terms_combine_by_weight_and_are_logged_one_by_one(user_module):
     assert call == {"prompts": ["1+1=", "2*3="], "answer": ["2", "6"], "source": ["a", "b"], "level": [1, 2]}
 
 
-def test_missing_values_make_the_reward_missing_and_are_counted(user_module):
+def test_a_none_is_not_applicable_where_another_term_scores_the_row_and_missing_where_none_does(user_module):
+    # TRL's semantics (issue 11): a term's None leaves the row to the other terms; only a row no
+    # (weighted) term scores is missing. Before, any None made the row missing.
     cfg = RewardConfig(functions=["boxed_math", "my_rewards:sometimes_none"])
     s = score(cfg, ["\\boxed{2}", "\\boxed{6}?"], [3, 3])
-    assert s.total_B[0] == pytest.approx(1.5) and math.isnan(s.total_B[1])
+    assert s.total_B.tolist() == [1.5, 1.0]
     assert s.metrics()["reward/sometimes_none/missing"] == 1 and s.metrics()["reward/sometimes_none/errors"] == 0
-    # a term of weight 0 is logged but cannot make a reward missing
-    cfg = RewardConfig(functions=["boxed_math", "my_rewards:sometimes_none"], weights=[1.0, 0.0])
-    assert score(cfg, ["\\boxed{2}", "\\boxed{6}?"], [3, 3]).total_B.tolist() == [1.0, 1.0]
+    alone = RewardConfig(functions=["my_rewards:sometimes_none"])
+    t = score(alone, ["\\boxed{2}", "\\boxed{6}?"], [3, 3]).total_B
+    assert t[0] == 0.5 and math.isnan(t[1])  # no term scores row 1
+    # a term of weight 0 is a metric: it neither changes the sum nor scores a row on its own
+    cfg = RewardConfig(functions=["my_rewards:sometimes_none", "boxed_math"], weights=[1.0, 0.0])
+    t = score(cfg, ["\\boxed{2}", "\\boxed{6}?"], [3, 3]).total_B
+    assert t[0] == 0.5 and math.isnan(t[1])
 
 
 @pytest.mark.parametrize("name, why", [("wrong_length", "returned 1 rewards for 2"), ("boom", "reward server down")])
@@ -84,7 +90,9 @@ def test_a_verifier_that_raises_or_returns_junk_scores_nothing_silently():
     completions = ["raise", "nan", "inf", "none", "str", "ok"]
     t = term.score([""] * 6, completions, [EXAMPLES[0]] * 6, [1] * 6)
     assert t.values == [None, None, None, None, None, 1.0]
-    assert t.errors == 2 and "ValueError: cannot parse" in t.first_error  # raise and the string
+    # NaN and None are "not scored" (as in TRL); a raise, a string and an infinity are errors (an
+    # infinity used to pass as a quiet None: now a row it touches is missing, not left to others)
+    assert t.errors == 3 and t.failed == {0, 2, 4} and "ValueError: cannot parse" in t.first_error
 
 
 def test_overlong_term_uses_the_generation_limit():

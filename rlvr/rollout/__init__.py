@@ -5,7 +5,7 @@
 """
 
 from rlvr.rollout.engines import STATIC_MODEL_TYPES, StaticCacheEngine, TransformersEngine, make_engine, static_engine_unsupported
-from rlvr.rollout.generate import DecodingError, Rollouts, concat_rollouts, decode_completions, encode_prompts, generate, sample_next
+from rlvr.rollout.generate import DecodingError, Rollouts, completion_id_lists, concat_rollouts, decode_completions, encode_prompts, generate, sample_next
 
 __all__ = [
     "STATIC_MODEL_TYPES",
@@ -13,6 +13,7 @@ __all__ = [
     "Rollouts",
     "StaticCacheEngine",
     "TransformersEngine",
+    "completion_id_lists",
     "concat_rollouts",
     "decode_completions",
     "encode_prompts",

@@ -18,6 +18,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from rlvr.rollout.engines import make_engine
+from rlvr.errors import RunStopped
 
 
 @dataclass
@@ -100,7 +101,7 @@ def sample_next(logits_BV: torch.Tensor, temperature: float, top_p: float, gener
     return torch.multinomial(probs_BV, 1, generator=generator).squeeze(1)
 
 
-class DecodingError(RuntimeError):
+class DecodingError(RunStopped):
     """Sampling cannot go on (the policy's logits are not finite)."""
 
 
@@ -180,6 +181,12 @@ def generate(
                         sample_logp_BT[:, :steps] * completion_mask_BT)
     finally:
         model.train(was_training)
+
+
+def completion_id_lists(rollouts: Rollouts) -> list[list[int]]:
+    """Each completion's token ids, EOS included, padding not: the `completion_ids` TRL hands to
+    reward functions."""
+    return [[t for t, m in zip(ids, mask) if m] for ids, mask in zip(rollouts.completion_ids_BT.tolist(), rollouts.completion_mask_BT.tolist())]
 
 
 def decode_completions(tokenizer: PreTrainedTokenizerBase, rollouts: Rollouts) -> list[str]:

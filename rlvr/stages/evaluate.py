@@ -13,9 +13,9 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from rlvr.config import DataConfig, EvalConfig
-from rlvr.data import Example, format_prompt
+from rlvr.data import Example, chat_prompts, format_prompt
 from rlvr.metrics import PhaseBar
-from rlvr.rollout import decode_completions, encode_prompts, generate
+from rlvr.rollout import completion_id_lists, decode_completions, encode_prompts, generate
 from rlvr.reward import RewardTerm
 
 
@@ -50,8 +50,8 @@ def evaluate(
     bar: PhaseBar,
     engine: str = "auto",
 ) -> EvalResult:
-    """Greedy completions of `examples`, judged by the correctness term (the first reward
-    function). A missing verdict (None, error, timeout) counts as wrong and is counted."""
+    """Greedy completions of `examples`, judged by the correctness term (`reward.correctness`:
+    `rlvr.reward.correctness_term`). A missing verdict (None, error, timeout) counts as wrong and is counted."""
     if cfg.max_problems:
         examples = examples[: cfg.max_problems]
     device = next(model.parameters()).device
@@ -69,7 +69,11 @@ def evaluate(
             engine=engine,
         )
         batch_texts, batch_lengths = decode_completions(tokenizer, out), out.lengths_B.tolist()
-        verdicts = correctness.score([prompts[i] for i in rows], batch_texts, [examples[i] for i in rows], batch_lengths)
+        batch = [examples[i] for i in rows]
+        verdicts = correctness.score(
+            [prompts[i] for i in rows], batch_texts, batch, batch_lengths,
+            prompt_messages=chat_prompts(tokenizer, batch, data_cfg), completion_ids=completion_id_lists(out),
+        )
         missing += sum(v is None for v in verdicts.values)
         for row, text, length, verdict in zip(rows, batch_texts, batch_lengths, verdicts.values):
             texts[row], lengths[row] = text, length

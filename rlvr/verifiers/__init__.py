@@ -1,7 +1,10 @@
 """(2) Verifiers: completion text + gold answer -> reward, deterministic.
 
-A verifier is any function `f(completion: str, answer: str) -> float`. The registry
-maps config names (`reward.verifier = "boxed_math"`) to functions; `register` adds your own.
+A verifier is any function `f(completion: str, answer: str, **fields) -> float | None`. The
+registry maps config names (`reward.functions = ["boxed_math"]`) to functions; `register` adds
+your own (list its module in `reward.imports` to name it from a config or the CLI). How a
+name or an import path becomes a function, and how it is called, is
+:mod:`rlvr.verifiers.contract`.
 
 Built in (see docs/verifiers.md):
 
@@ -23,7 +26,7 @@ from rlvr.verifiers.math import boxed_math, extract_last_boxed
 
 
 class Verifier(Protocol):
-    def __call__(self, completion: str, answer: str) -> float: ...
+    def __call__(self, completion: str, answer: str) -> float | None: ...
 
 
 VERIFIERS: dict[str, Verifier] = {
@@ -35,15 +38,33 @@ VERIFIERS: dict[str, Verifier] = {
 
 
 def register(name: str) -> Callable[[Verifier], Verifier]:
-    """Decorator: make a verifier selectable by name in config."""
+    """Decorator: make a verifier selectable by name in config.
+
+    Registering the same function again (its module imported twice, or reloaded) is harmless and
+    keeps the newest definition; another function under a taken name is refused."""
 
     def add(fn: Verifier) -> Verifier:
-        if name in VERIFIERS:
-            raise ValueError(f"verifier {name!r} is already registered")
+        taken = VERIFIERS.get(name)
+        if taken is not None and _identity(taken) != _identity(fn):
+            raise ValueError(f"verifier {name!r} is already registered to {'.'.join(_identity(taken))}")
         VERIFIERS[name] = fn
         return fn
 
     return add
+
+
+def _identity(fn: object) -> tuple[str, str]:
+    return getattr(fn, "__module__", None) or "?", getattr(fn, "__qualname__", None) or repr(fn)
+
+
+def _gold_matches_itself(answer: str) -> None:
+    """boxed_math's data check: a gold answer it cannot match even against itself can never be
+    rewarded (a rationale, not a final answer)."""
+    if boxed_math("\\boxed{" + answer + "}", answer) != 1.0:
+        raise ValueError("cannot be matched by the verifier even against itself (not a final answer)")
+
+
+boxed_math.check_answer = _gold_matches_itself  # type: ignore[attr-defined]
 
 
 def get_verifier(name: str) -> Verifier:

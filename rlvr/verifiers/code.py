@@ -1,6 +1,7 @@
 """Reward for Python programs: run the completion's last ```python block on tests, sandboxed.
 
-``tests`` is a dict (or its JSON text, which is how the registry passes a gold answer):
+``tests`` is a dict or its JSON text (a data file may hold either: a JSON object in the answer
+field reaches the verifier as its JSON text):
 
 * ``{"asserts": ["assert f(2) == 4", ...], "setup": "import math"}``: each entry is
   one ``assert`` statement calling the program's functions; ``setup`` runs after the
@@ -35,9 +36,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlvr.verifiers.judge import CompiledAssert, JudgeError, ProbeFailed, compile_assert, decode_value, evaluate, host_names
-from rlvr.verifiers.sandbox import Limits, run_job
+from rlvr.verifiers.sandbox import Limits, SandboxUnavailable, run_job
 
-__all__ = ["CodeReport", "TestResult", "extract_program", "parse_tests", "python_code", "run_python_tests"]
+__all__ = ["CodeReport", "TestResult", "check_tests", "extract_program", "parse_tests", "python_code", "run_python_tests", "sandbox_preflight"]
 
 _FENCE = re.compile(r"```[ \t]*(?:python3?|py)[ \t]*\r?\n(.*?)```", re.DOTALL | re.IGNORECASE | re.ASCII)
 @dataclass(frozen=True)
@@ -178,11 +179,31 @@ def python_code_all_or_nothing(completion: str, tests: dict | str) -> float:
     return python_code(completion, tests, all_or_nothing=True)
 
 
-# For rlvr.verifiers.pool: the sandbox enforces the job's own time limit, so a pool waits
-# for it; an item that still times out there scores 0 (the program's fault), not missing.
+def check_tests(tests: dict | str) -> None:
+    """The data check: ValueError naming what is wrong with a gold tests spec."""
+    try:
+        parse_tests(tests)
+    except ValueError as err:
+        raise ValueError(f"is not a python_code tests spec: {err}") from None
+
+
+def sandbox_preflight() -> None:
+    """Run one known-good program through the sandbox before any work starts: without bubblewrap
+    (or with a broken one) a run would otherwise load its model, train and only then find every
+    reward missing. Raises :class:`~rlvr.verifiers.sandbox.SandboxUnavailable` with the reason."""
+    report = run_python_tests("```python\ndef one():\n    return 1\n```", {"asserts": ["assert one() == 1"]})
+    if report.score != 1.0:
+        raise SandboxUnavailable(f"the code sandbox did not pass a known-good program ({report.status}: {report.results[0].detail})")
+
+
+# What the verifiers declare (rlvr.verifiers.contract). The sandbox enforces the job's own time
+# limit, so a pool waits for it; an item that still times out there scores 0 (the program's
+# fault), not missing.
 for _fn in (python_code, python_code_all_or_nothing):
     _fn.time_limit_s = Limits().total_s  # type: ignore[attr-defined]
     _fn.timeout_score = 0.0  # type: ignore[attr-defined]
+    _fn.check_answer = check_tests  # type: ignore[attr-defined]
+    _fn.preflight = sandbox_preflight  # type: ignore[attr-defined]
 
 
 # --------------------------------------------------------------------------- the judge

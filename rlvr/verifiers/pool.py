@@ -13,7 +13,8 @@ API (for the training loop)::
 
     pool = VerifierPool("boxed_math", workers=2, timeout_s=10.0)   # or "pkg.mod:fn", or a
     result = pool.score(completions, answers)                      # picklable function
-    result.scores        # list[float | None], in input order; None = error or timeout
+    result.scores        # list[float | None], in input order; None = error, timeout or not scored
+    result.failed        # list[bool]: which items have no score for an error or a timeout
     result.item_seconds  # list[float]: time of each item inside its worker
     result.errors, result.timeouts, result.messages, result.seconds
     result.metrics()     # {"verify/errors": ..., "verify/timeouts": ..., "verify/seconds": ...,
@@ -34,7 +35,6 @@ leaves there (``sandbox="none"`` code jobs) goes with a worker killed mid-item.
 
 from __future__ import annotations
 
-import importlib
 import math
 import multiprocessing
 import os
@@ -58,8 +58,9 @@ _MAX_MESSAGES = 20  # error messages kept per batch (the counts are complete)
 class PoolResult:
     """Scores of one batch, in input order, and what went wrong."""
 
-    scores: list[float | None]
+    scores: list[float | None]  # None: an error, a timeout, or the verifier returned None (not scored)
     item_seconds: list[float] = field(default_factory=list)  # a timed-out item counts timeout_s
+    failed: list[bool] = field(default_factory=list)  # per item: no score for an error or a timeout (not a None score)
     errors: int = 0
     timeouts: int = 0
     messages: list[str] = field(default_factory=list)
@@ -75,19 +76,15 @@ class PoolResult:
         }
 
 
-def resolve_verifier(spec: VerifierSpec) -> Callable[[str, str], float]:
-    """A callable from a registered name, a ``"module:function"`` path or a callable."""
+def resolve_verifier(spec: VerifierSpec) -> Callable[[str, Any], float | None]:
+    """A callable from a registered name or a ``"module:function"`` path, resolved as training
+    resolves it (:func:`rlvr.verifiers.contract.resolve_reward`: per-item or TRL-batched, detected
+    once; ConfigError, a ValueError, when it cannot be), or a callable as it is."""
     if callable(spec):
         return spec
-    if ":" in spec:
-        module, _, name = spec.partition(":")
-        try:
-            return getattr(importlib.import_module(module), name)
-        except (ImportError, AttributeError) as err:
-            raise ValueError(f"cannot import verifier {spec!r}: {err}") from None
-    from rlvr.verifiers import get_verifier
+    from rlvr.verifiers.contract import resolve_reward
 
-    return get_verifier(spec)
+    return resolve_reward(spec, where="VerifierPool")
 
 
 def _worker_main(conn: Connection, spec: VerifierSpec, temp_root: str) -> None:
@@ -113,9 +110,11 @@ def _worker_main(conn: Connection, spec: VerifierSpec, temp_root: str) -> None:
         index, completion, answer = message
         start = time.perf_counter()
         try:
-            score = float(fn(completion, answer))
-            if not math.isfinite(score):
-                raise ValueError(f"non-finite score {score}")
+            score = fn(completion, answer)  # None: the verifier does not score this item (not an error)
+            if score is not None:
+                score = float(score)
+                if not math.isfinite(score):
+                    raise ValueError(f"non-finite score {score}")
             conn.send((index, score, None, time.perf_counter() - start))
         except BaseException as err:  # a verifier bug is an error, not a 0
             conn.send((index, None, f"{type(err).__name__}: {err}"[:300], time.perf_counter() - start))
@@ -192,7 +191,7 @@ class VerifierPool:
 
     def _score(self, completions: list[str], answers: list[str]) -> PoolResult:
         start = time.monotonic()
-        result = PoolResult(scores=[None] * len(completions), item_seconds=[0.0] * len(completions))
+        result = PoolResult(scores=[None] * len(completions), item_seconds=[0.0] * len(completions), failed=[False] * len(completions))
         pending = deque(range(len(completions)))
         done = 0
 
@@ -204,6 +203,7 @@ class VerifierPool:
                 result.scores[worker.item] = self.timeout_score  # type: ignore[index]
             else:
                 result.errors += 1
+            result.failed[worker.item] = result.scores[worker.item] is None  # type: ignore[index]
             if len(result.messages) < _MAX_MESSAGES:
                 result.messages.append(f"item {worker.item}: {message}")
             done += 1
@@ -239,6 +239,7 @@ class VerifierPool:
                             result.scores[index] = score
                         else:
                             result.errors += 1
+                            result.failed[index] = True
                             if len(result.messages) < _MAX_MESSAGES:
                                 result.messages.append(f"item {index}: {error}")
                         worker.item, worker.deadline = None, math.inf

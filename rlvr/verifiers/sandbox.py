@@ -55,6 +55,7 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlvr.errors import RunStopped
 from rlvr.verifiers import cgroups
 from rlvr.verifiers.seccomp import Filter, UnsupportedArchitecture, build_filter
 
@@ -115,7 +116,7 @@ class Limits:
         }
 
 
-class SandboxUnavailable(RuntimeError):
+class SandboxUnavailable(RunStopped):
     """bubblewrap is missing or broken, and the caller did not opt out of the sandbox."""
 
 
