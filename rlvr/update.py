@@ -235,6 +235,7 @@ def rl_update(
                 old[i] if old is not None else logp.detach(),
                 adv_chunks[i],
                 chunk.completion_mask_BT,
+                surrogate=algo.surrogate,
                 ratio_level=algo.ratio_level,
                 clip_low=algo.clip_low,
                 clip_high=algo.clip_high,
