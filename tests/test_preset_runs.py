@@ -16,13 +16,10 @@ import math
 import pytest
 import torch
 
-import rlvr.loop as loop
 from rlvr.algorithms import compute_advantages, policy_loss
 from rlvr.config import load_config, preset_names
 from rlvr.models import build_char_tokenizer, build_tiny_model
-from rlvr.reward import RewardTerm
 from rlvr.rollout import encode_prompts, generate
-from rlvr.tasks.arithmetic import make_splits
 from rlvr.update import completion_logprobs, rl_update
 
 TINY = [
@@ -147,19 +144,10 @@ def digit_share(completion: str, answer: str) -> float:
 
 
 @pytest.mark.parametrize("preset", preset_names())
-def test_every_preset_trains_end_to_end_and_the_loop_uses_its_advantages(tmp_path, preset):
+def test_every_preset_trains_end_to_end_and_the_loop_uses_its_advantages(tmp_path, tiny_grpo, preset):
     cfg = load_config(overrides=TINY + [f"algo.preset={preset}", "train.steps=2", "train.lr=1e-3", "train.warmup_steps=1",
                                         "train.log_samples_every=1"])
-    tokenizer = build_char_tokenizer()
-    model = build_tiny_model(tokenizer, cfg.model.tiny, seed=0)
-    before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    train, _ = make_splits(cfg.task, 0)
-
-    class Bar:
-        def advance(self, info=""):
-            pass
-
-    records = loop.grpo_train(model, tokenizer, train, cfg, [RewardTerm("digits", 1.0, digit_share, batched=False)], tmp_path, Bar())
+    records, model, before = tiny_grpo(cfg, "digits", digit_share)
     assert [r["step"] for r in records] == [1, 2]
     for r in records:
         assert math.isfinite(r["loss/policy"]) and r["loss/grad_norm"] > 0 and r["loss/skipped_nonfinite"] == 0
