@@ -53,7 +53,8 @@ def choice(registry: str, default: str, help: str) -> Any:
     return field(default=default, metadata={"help": help, "choices": registry})
 
 
-def registry_of(spec: str) -> Any:
+def _registry_of(spec: str) -> Any:
+    """The object a "module:NAME" spec names (a registry), importing the module."""
     module, name = spec.split(":")
     return getattr(importlib.import_module(module), name)
 
@@ -381,7 +382,7 @@ class Config:
         for f in dataclasses.fields(self):
             getattr(self, f.name).validate()
         _check_choices(self)
-        surrogates = registry_of("rlvr.algorithms.surrogate:SURROGATES")
+        surrogates = _registry_of("rlvr.algorithms.surrogate:SURROGATES")
         _require(
             self.algo.dual_clip == 0.0 or surrogates.trait(self.algo.surrogate, "dual_clip", False),
             "algo.dual_clip",
@@ -509,7 +510,7 @@ def _apply(obj: Any, table: dict[str, Any], prefix: str, old: _OldAlgoKeys | Non
 
 def _check_choice(f: dataclasses.Field, value: Any, name: str) -> None:
     if "choices" in f.metadata:
-        names = list(registry_of(f.metadata["choices"]))
+        names = list(_registry_of(f.metadata["choices"]))
         if value not in names:
             raise ConfigError(f"{name}: {value!r} is not one of {names}")
 
@@ -517,12 +518,14 @@ def _check_choice(f: dataclasses.Field, value: Any, name: str) -> None:
 class _OldAlgoKeys:
     """The old `algo.estimator` and `algo.std_scale = "auto"`, read as they always were.
 
-    `estimator` (grpo | dr_grpo | rloo, `advantage.ESTIMATORS`) named a baseline, and through
+    `estimator` (the names in `advantage.ESTIMATORS`) named a baseline, and through
     `std_scale = "auto"` (the old default) a std scaling. Each estimator sets algo.baseline where
     it stands among the layers; std_scale becomes the last explicit value given anywhere (a preset
     included), else the last estimator's, else what the preset (or the default) sets. So every old
     config file, saved run config and preset file computes the same advantages as before.
     """
+
+    ESTIMATORS = "rlvr.algorithms.advantage:ESTIMATORS"
 
     def __init__(self) -> None:
         self.where = ""
@@ -535,12 +538,13 @@ class _OldAlgoKeys:
         if name == "algo.std_scale":
             self.std_scale = value
             if value == "auto":
-                self.notes.append(f"{self.where}algo.std_scale = 'auto' is deprecated: give group, batch or none")
+                scales = list(_registry_of("rlvr.algorithms.advantage:STD_SCALES"))
+                self.notes.append(f"{self.where}algo.std_scale = 'auto' is deprecated: give one of {scales}")
                 return True
             return False
         if name != "algo.estimator":
             return False
-        estimators = registry_of("rlvr.algorithms.advantage:ESTIMATORS")
+        estimators = _registry_of(self.ESTIMATORS)
         if value not in estimators:
             raise ConfigError(f"{name}: {value!r} is not one of {list(estimators)} (deprecated: use algo.baseline and algo.std_scale)")
         baseline, std_scale = estimators[value]
@@ -554,7 +558,7 @@ class _OldAlgoKeys:
     def resolve(self, algo: AlgoConfig, preset_std_scale: str) -> None:
         if self.std_scale in (None, "auto"):
             if self.estimator is not None:
-                algo.std_scale = registry_of("rlvr.algorithms.advantage:ESTIMATORS")[self.estimator][1]
+                algo.std_scale = _registry_of(self.ESTIMATORS)[self.estimator][1]
             elif self.std_scale == "auto":
                 algo.std_scale = preset_std_scale
         if self.notes:
@@ -762,6 +766,6 @@ def field_help(cls: type = Config, prefix: str = "") -> list[tuple[str, str, str
         else:
             help_text = f.metadata.get("help", "")
             if "choices" in f.metadata:
-                help_text += " One of: " + registry_of(f.metadata["choices"]).describe() + "."
+                help_text += " One of: " + _registry_of(f.metadata["choices"]).describe() + "."
             rows.append((f"{prefix}{f.name}", _toml_value(default), help_text))
     return rows
