@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib
 import json
 import os
 import sys
 import tempfile
 import typing
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -35,11 +37,28 @@ class ConfigError(UsageError):
     """A config file, key or value is invalid; the message names the field."""
 
 
+class ConfigDeprecationWarning(FutureWarning):
+    """A config file or override uses an old spelling that still works; the message says the new one."""
+
+
 def knob(default: Any, help: str) -> Any:
     """A config field with its help text (reused by `rlvr config --help` and the docs)."""
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda: type(default)(default), metadata={"help": help})
     return field(default=default, metadata={"help": help})
+
+
+def choice(registry: str, default: str, help: str) -> Any:
+    """A string field whose allowed values are the names in a registry ("module:NAME", imported
+    when first needed so that reading a config does not import torch): a registered function is
+    selectable without touching this file, and `rlvr config` lists each with its docstring."""
+    return field(default=default, metadata={"help": help, "choices": registry})
+
+
+def _registry_of(spec: str) -> Any:
+    """The object a "module:NAME" spec names (a registry), importing the module."""
+    module, name = spec.split(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def section(cls: type, help: str) -> Any:
@@ -193,24 +212,31 @@ class AlgoConfig:
         "Named algorithm preset (grpo, rloo, dr_grpo, dapo, gspo; files in rlvr/presets/) or a path to your own "
         "preset TOML. It is applied first; every other setting you give refines it.",
     )
-    estimator: Literal["grpo", "dr_grpo", "rloo"] = knob("grpo", "Advantage estimator: group z-score, mean-centred, or leave-one-out.")
-    std_scale: Literal["auto", "group", "batch", "none"] = knob(
-        "auto", "Divide centred rewards by the group std, the batch std, or nothing; auto = the estimator's own (group for grpo, none otherwise)."
+    baseline: str = choice("rlvr.algorithms.advantage:BASELINES", "group_mean", "Advantage baseline subtracted from each reward.")
+    std_scale: str = choice(
+        "rlvr.algorithms.advantage:STD_SCALES", "group",
+        "What the centred rewards are divided by. (The old algo.estimator is still read as a baseline and a std "
+        "scaling, with a deprecation note; see docs/algorithms.md.)",
     )
     adv_eps: float = knob(1e-4, "eps in (r - mean) / (std + eps).")
-    ratio_level: Literal["token", "sequence"] = knob(
-        "token", "Importance ratio per token (PPO/GRPO) or one per completion, exp(mean token log-ratio) (GSPO)."
+    surrogate: str = choice(
+        "rlvr.algorithms.surrogate:SURROGATES", "ppo_clip",
+        "Per-token objective of the importance ratio and the advantage; clip_low / clip_high bound its ratio.",
     )
+    ratio_level: str = choice("rlvr.algorithms.loss:RATIO_LEVELS", "token", "Importance ratio per token or per completion.")
     clip_low: float = knob(0.2, "Lower clip: ratio >= 1 - clip_low.")
     clip_high: float = knob(0.2, "Upper clip: ratio <= 1 + clip_high (DAPO clip-higher raises it).")
-    dual_clip: float = knob(0.0, "Dual-clip bound c > 1: the loss of a negative-advantage token is capped at -c * A (0 = off; verl uses 3).")
-    aggregation: Literal["token_mean", "seq_mean_token_mean", "constant"] = knob(
-        "token_mean",
-        "Loss aggregation: token_mean (every token weighs the same; DAPO), seq_mean_token_mean (mean of per-sequence "
-        "means; GRPO paper, favours short correct answers) or constant (sum / (N * max_new_tokens); Dr. GRPO).",
+    dual_clip: float = knob(
+        0.0, "Dual-clip bound c > 1: the loss of a negative-advantage token is capped at -c * A (0 = off; verl uses 3); "
+        "for surrogates that support it (ppo_clip)."
+    )
+    aggregation: str = choice(
+        "rlvr.algorithms.loss:AGGREGATIONS", "token_mean", "Loss aggregation: how per-token losses become one number."
     )
     beta: float = knob(0.0, "KL weight to the frozen reference model; 0 builds no reference model.")
-    kl_estimator: Literal["k1", "k2", "k3"] = knob("k3", "Per-token KL estimator (Schulman's k1/k2/k3).")
+    kl_estimator: str = choice(
+        "rlvr.algorithms.loss:KL_ESTIMATORS", "k3", "Per-token KL estimator (Schulman, 2020), of x = log pi_ref - log pi."
+    )
     kl_in: Literal["loss", "reward"] = knob(
         "loss", "Where the KL goes: a per-token term in the loss (GRPO), or beta * summed KL subtracted from each reward (RLOO, PPO-RLHF)."
     )
@@ -375,6 +401,14 @@ class Config:
         run about to train."""
         for f in dataclasses.fields(self):
             getattr(self, f.name).validate()
+        _check_choices(self)
+        surrogates = _registry_of("rlvr.algorithms.surrogate:SURROGATES")
+        _require(
+            self.algo.dual_clip == 0.0 or surrogates.trait(self.algo.surrogate, "dual_clip", False),
+            "algo.dual_clip",
+            f"caps the clipped-ratio loss; algo.surrogate = {self.algo.surrogate!r} does not support it (those that do: "
+            f"{[name for name in surrogates if surrogates.trait(name, 'dual_clip', False)]}); set it to 0",
+        )
         # Settings that are valid alone but contradict each other: say which and why.
         _require(
             not (self.sft.save_model and self.sft.steps == 0), "sft.save_model", "is true but sft.steps = 0: there is no SFT model to save"
@@ -428,6 +462,16 @@ def _require(ok: bool, name: str, why: str) -> None:
         raise ConfigError(f"{name}: {why}")
 
 
+def _check_choices(obj: Any, prefix: str = "") -> None:
+    """Every registry-backed field holds a registered name (also when set from Python, not a file)."""
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if dataclasses.is_dataclass(value):
+            _check_choices(value, f"{prefix}{f.name}.")
+        else:
+            _check_choice(f, value, f"{prefix}{f.name}")
+
+
 def _coerce(value: Any, annotation: Any, name: str) -> Any:
     """Check one TOML value against a field's annotation; ints widen to floats, nothing else."""
     origin = typing.get_origin(annotation)
@@ -462,21 +506,86 @@ def _coerce(value: Any, annotation: Any, name: str) -> Any:
     raise ConfigError(f"{name}: unsupported field type {annotation!r}")  # pragma: no cover
 
 
-def _apply(obj: Any, table: dict[str, Any], prefix: str) -> None:
-    """Write a (nested) TOML table onto a dataclass instance, rejecting unknown keys."""
+def _apply(obj: Any, table: dict[str, Any], prefix: str, old: _OldAlgoKeys | None = None) -> None:
+    """Write a (nested) TOML table onto a dataclass instance, rejecting unknown keys and values a
+    registry does not know; `old` takes the deprecated spellings it recognises."""
     hints = typing.get_type_hints(type(obj))
-    names = {f.name for f in dataclasses.fields(obj)}
+    fields = {f.name: f for f in dataclasses.fields(obj)}
     for key, value in table.items():
         name = f"{prefix}{key}"
-        if key not in names:
-            raise ConfigError(f"{name}: unknown key{_suggest(key, names, prefix)}")
+        if old is not None and old.take(obj, name, value):
+            continue
+        if key not in fields:
+            raise ConfigError(f"{name}: unknown key{_suggest(key, set(fields), prefix)}")
         current = getattr(obj, key)
         if dataclasses.is_dataclass(current):
             if not isinstance(value, dict):
                 raise ConfigError(f"{name}: expected a table of settings, got {value!r}")
-            _apply(current, value, f"{name}.")
+            _apply(current, value, f"{name}.", old)
         else:
-            setattr(obj, key, _coerce(value, hints[key], name))
+            value = _coerce(value, hints[key], name)
+            _check_choice(fields[key], value, name)
+            setattr(obj, key, value)
+
+
+def _check_choice(f: dataclasses.Field, value: Any, name: str) -> None:
+    if "choices" in f.metadata:
+        names = list(_registry_of(f.metadata["choices"]))
+        if value not in names:
+            raise ConfigError(f"{name}: {value!r} is not one of {names}")
+
+
+class _OldAlgoKeys:
+    """The old `algo.estimator` and `algo.std_scale = "auto"`, read as they always were.
+
+    `estimator` (the names in `advantage.ESTIMATORS`) named a baseline, and through
+    `std_scale = "auto"` (the old default) a std scaling. Each estimator sets algo.baseline where
+    it stands among the layers; std_scale becomes the last explicit value given anywhere (a preset
+    included), else the last estimator's, else what the preset (or the default) sets. So every old
+    config file, saved run config and preset file computes the same advantages as before.
+    """
+
+    ESTIMATORS = "rlvr.algorithms.advantage:ESTIMATORS"
+
+    def __init__(self) -> None:
+        self.where = ""
+        self.estimator: str | None = None
+        self.std_scale: str | None = None  # the last std_scale given in any layer, "auto" included
+        self.notes: list[str] = []
+
+    def take(self, obj: Any, name: str, value: Any) -> bool:
+        """Handle `name = value` if it is an old spelling (True), else leave it to _apply (False)."""
+        if name == "algo.std_scale":
+            self.std_scale = value
+            if value == "auto":
+                scales = list(_registry_of("rlvr.algorithms.advantage:STD_SCALES"))
+                self.notes.append(f"{self.where}algo.std_scale = 'auto' is deprecated: give one of {scales}")
+                return True
+            return False
+        if name != "algo.estimator":
+            return False
+        estimators = _registry_of(self.ESTIMATORS)
+        if value not in estimators:
+            raise ConfigError(f"{name}: {value!r} is not one of {list(estimators)} (deprecated: use algo.baseline and algo.std_scale)")
+        baseline, std_scale = estimators[value]
+        obj.baseline, self.estimator = baseline, value
+        self.notes.append(
+            f"{self.where}algo.estimator = {value!r} is deprecated: it means algo.baseline = {baseline!r} with "
+            f"algo.std_scale = {std_scale!r} unless std_scale is given; write those instead"
+        )
+        return True
+
+    def resolve(self, algo: AlgoConfig, preset_std_scale: str) -> None:
+        if self.std_scale in (None, "auto"):
+            if self.estimator is not None:
+                algo.std_scale = _registry_of(self.ESTIMATORS)[self.estimator][1]
+            elif self.std_scale == "auto":
+                algo.std_scale = preset_std_scale
+        if self.notes:
+            warnings.warn(
+                "; ".join(self.notes) + f" (this run: algo.baseline = {algo.baseline!r}, algo.std_scale = {algo.std_scale!r})",
+                ConfigDeprecationWarning, stacklevel=3,
+            )
 
 
 RENAMED = {"reward.verifier": "reward.functions (a list: [\"boxed_math\"])"}
@@ -503,7 +612,7 @@ def _parse_override(text: str) -> tuple[list[str], Any]:
     try:
         value = tomllib.loads(f"v = {raw.strip()}")["v"]
     except tomllib.TOMLDecodeError:
-        value = raw.strip()  # a bare word such as `algo.estimator=rloo`
+        value = raw.strip()  # a bare word such as `algo.baseline=leave_one_out`
     return key.split("."), value
 
 
@@ -570,18 +679,23 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | No
         layers.append(("", nested))
 
     cfg = Config()
+    old = _OldAlgoKeys()
     presets = [t["algo"]["preset"] for _, t in layers if isinstance(t.get("algo"), dict) and "preset" in t["algo"]]
     if presets and isinstance(presets[-1], str) and presets[-1]:
         table = _preset_table(presets[-1])
+        old.where = f"preset {presets[-1]!r}: "
         try:
-            _apply(cfg, table, "")
+            _apply(cfg, table, "", old)
         except ConfigError as err:
             raise ConfigError(f"preset {presets[-1]!r}: {err}") from None
+    preset_std_scale = cfg.algo.std_scale
     for where, table in layers:
+        old.where = where
         try:
-            _apply(cfg, table, "")
+            _apply(cfg, table, "", old)
         except ConfigError as err:
             raise ConfigError(f"{where}{err}") from None
+    old.resolve(cfg.algo, preset_std_scale)
     return cfg.validate(for_training)
 
 
@@ -670,5 +784,8 @@ def field_help(cls: type = Config, prefix: str = "") -> list[tuple[str, str, str
         if dataclasses.is_dataclass(default):
             rows += field_help(type(default), f"{prefix}{f.name}.")
         else:
-            rows.append((f"{prefix}{f.name}", _toml_value(default), f.metadata.get("help", "")))
+            help_text = f.metadata.get("help", "")
+            if "choices" in f.metadata:
+                help_text += " One of: " + _registry_of(f.metadata["choices"]).describe() + "."
+            rows.append((f"{prefix}{f.name}", _toml_value(default), help_text))
     return rows

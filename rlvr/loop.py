@@ -180,7 +180,7 @@ def rl_train(
                     kl_B = learner.reference_kl(batch.rollouts)
                     rewards_B = rewards_B - ac.beta * kl_B
                     record["reward/kl_sequence"] = float(kl_B.mean())
-                advantages_B = compute_advantages(rewards_B, G, ac.estimator, None if ac.std_scale == "auto" else ac.std_scale, ac.adv_eps)
+                advantages_B = compute_advantages(rewards_B, G, baseline=ac.baseline, std_scale=ac.std_scale, eps=ac.adv_eps)
                 include_B = torch.isfinite(rewards_B)  # missing rewards: out of the loss entirely
                 if ac.mask_truncated:
                     include_B &= ~batch.rollouts.truncated_B

@@ -105,6 +105,7 @@ class UpdateSettings:
     """Everything the update needs besides the batch: the algorithm's loss settings and the
     batch-shaping knobs, built once per run (`from_config`) instead of passed one by one."""
 
+    surrogate: str
     ratio_level: str
     clip_low: float
     clip_high: float
@@ -126,7 +127,7 @@ class UpdateSettings:
     def from_algo(cls, algo: AlgoConfig, *, temperature: float, max_new_tokens: int, micro_batch_size: int,
                   max_grad_norm: float, micro_batch_tokens: int = 0, bucket_overhead_tokens: int = 0) -> UpdateSettings:
         return cls(
-            ratio_level=algo.ratio_level, clip_low=algo.clip_low, clip_high=algo.clip_high, dual_clip=algo.dual_clip or None,
+            surrogate=algo.surrogate, ratio_level=algo.ratio_level, clip_low=algo.clip_low, clip_high=algo.clip_high, dual_clip=algo.dual_clip or None,
             aggregation=algo.aggregation, kl_coef=algo.beta if algo.kl_in == "loss" else 0.0, kl_estimator=algo.kl_estimator,
             entropy_coef=algo.entropy_coef, num_iterations=algo.num_iterations, reuse_sampling_logp=algo.reuse_sampling_logp,
             temperature=temperature, max_new_tokens=max_new_tokens, micro_batch_size=micro_batch_size,
@@ -225,6 +226,7 @@ def rl_update(
                 old[i] if old is not None else logp.detach(),
                 adv_chunks[i],
                 chunk.completion_mask_BT,
+                surrogate=st.surrogate,
                 ratio_level=st.ratio_level,
                 clip_low=st.clip_low,
                 clip_high=st.clip_high,

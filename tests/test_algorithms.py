@@ -8,6 +8,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlvr.algorithms import (
+    AGGREGATIONS,
+    BASELINES,
+    ESTIMATORS,
+    KL_ESTIMATORS,
+    RATIO_LEVELS,
+    STD_SCALES,
+    SURROGATES,
     aggregate,
     compute_advantages,
     group_stats,
@@ -31,33 +38,34 @@ def test_grpo_advantage_hand_worked():
 
 
 def test_dr_grpo_centres_without_scaling():
-    adv = compute_advantages(torch.tensor([1.0, 0.0, 0.0, 0.0, 2.0, 4.0, 6.0, 8.0]), 4, estimator="dr_grpo")
+    adv = compute_advantages(torch.tensor([1.0, 0.0, 0.0, 0.0, 2.0, 4.0, 6.0, 8.0]), 4, baseline="group_mean", std_scale="none")
     torch.testing.assert_close(adv, torch.tensor([0.75, -0.25, -0.25, -0.25, -3.0, -1.0, 1.0, 3.0]))
 
 
 def test_rloo_leave_one_out_baseline():
     # completion 0: baseline mean(0,0,0) = 0 -> 1; others: baseline mean(1,0,0) = 1/3 -> -1/3
-    adv = compute_advantages(torch.tensor([1.0, 0.0, 0.0, 0.0]), 4, estimator="rloo")
+    adv = compute_advantages(torch.tensor([1.0, 0.0, 0.0, 0.0]), 4, baseline="leave_one_out", std_scale="none")
     torch.testing.assert_close(adv, torch.tensor([1.0, -1 / 3, -1 / 3, -1 / 3]))
     # identity: rloo = G / (G - 1) * (r - mean)
     r = torch.tensor([0.3, 0.9, 0.1, 0.5, 1.0, 0.0])
-    torch.testing.assert_close(compute_advantages(r, 3, "rloo"), 1.5 * compute_advantages(r, 3, "dr_grpo"))
+    rloo = compute_advantages(r, 3, baseline="leave_one_out", std_scale="none")
+    torch.testing.assert_close(rloo, 1.5 * compute_advantages(r, 3, baseline="group_mean", std_scale="none"))
 
 
 def test_batch_std_scaling_uses_one_std_for_all_groups():
     r = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 1.0])
-    adv = compute_advantages(r, 4, "grpo", std_scale="batch", eps=0.0 + 1e-8)
-    centred = compute_advantages(r, 4, "dr_grpo")
+    adv = compute_advantages(r, 4, std_scale="batch", eps=0.0 + 1e-8)
+    centred = compute_advantages(r, 4, std_scale="none")
     torch.testing.assert_close(adv, centred / r.std())
 
 
 def test_all_equal_group_gets_exact_zero_never_nan():
     r = torch.tensor([1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0])
-    for est in ("grpo", "dr_grpo", "rloo"):
-        for scale in ("group", "batch", "none"):
-            adv = compute_advantages(r, 4, est, std_scale=scale)
+    for baseline in BASELINES:
+        for scale in STD_SCALES:
+            adv = compute_advantages(r, 4, baseline=baseline, std_scale=scale)
             assert torch.isfinite(adv).all()
-            assert (adv[:8] == 0).all(), (est, scale)
+            assert (adv[:8] == 0).all(), (baseline, scale)
             assert (adv[8:] != 0).all()
 
 
@@ -68,24 +76,24 @@ def test_missing_rewards_are_left_out_of_group_statistics_hand_worked():
     r = torch.tensor([1.0, 0.0, NAN, 1.0])
     # valid 1, 0, 1: mean 2/3, unbiased std sqrt(((1/3)^2 * 2 + (2/3)^2) / 2) = sqrt(1/3)
     std = math.sqrt(1 / 3)
-    torch.testing.assert_close(compute_advantages(r, 4, "grpo", eps=0.0 + 1e-12), torch.tensor([1 / 3 / std, -2 / 3 / std, 0.0, 1 / 3 / std]))
-    torch.testing.assert_close(compute_advantages(r, 4, "dr_grpo"), torch.tensor([1 / 3, -2 / 3, 0.0, 1 / 3]))
+    torch.testing.assert_close(compute_advantages(r, 4, eps=0.0 + 1e-12), torch.tensor([1 / 3 / std, -2 / 3 / std, 0.0, 1 / 3 / std]))
+    torch.testing.assert_close(compute_advantages(r, 4, std_scale="none"), torch.tensor([1 / 3, -2 / 3, 0.0, 1 / 3]))
     # leave-one-out over the *other valid* rewards: 1 - mean(0, 1), 0 - mean(1, 1), -, 1 - mean(1, 0)
-    torch.testing.assert_close(compute_advantages(r, 4, "rloo"), torch.tensor([0.5, -1.0, 0.0, 0.5]))
+    torch.testing.assert_close(compute_advantages(r, 4, baseline="leave_one_out", std_scale="none"), torch.tensor([0.5, -1.0, 0.0, 0.5]))
     # batch std over the valid rewards of every group
     r2 = torch.tensor([1.0, 0.0, NAN, 1.0, 0.0, float("inf"), 1.0, 0.0])
     valid = torch.tensor([1.0, 0.0, 1.0, 0.0, 1.0, 0.0])
-    centred = compute_advantages(r2, 4, "dr_grpo")
-    torch.testing.assert_close(compute_advantages(r2, 4, "grpo", std_scale="batch", eps=1e-12), centred / valid.std())
+    centred = compute_advantages(r2, 4, std_scale="none")
+    torch.testing.assert_close(compute_advantages(r2, 4, std_scale="batch", eps=1e-12), centred / valid.std())
 
 
 def test_groups_with_fewer_than_two_valid_rewards_get_zero():
     r = torch.tensor([NAN, NAN, NAN, NAN, 1.0, NAN, NAN, NAN, 1.0, 0.0, NAN, NAN])
-    for est in ("grpo", "dr_grpo", "rloo"):
-        for scale in ("group", "batch", "none"):
-            adv = compute_advantages(r, 4, est, std_scale=scale)
-            assert torch.isfinite(adv).all(), (est, scale)
-            assert (adv[:8] == 0).all() and (adv[8:10] != 0).all() and (adv[10:] == 0).all(), (est, scale)
+    for baseline in BASELINES:
+        for scale in STD_SCALES:
+            adv = compute_advantages(r, 4, baseline=baseline, std_scale=scale)
+            assert torch.isfinite(adv).all(), (baseline, scale)
+            assert (adv[:8] == 0).all() and (adv[8:10] != 0).all() and (adv[10:] == 0).all(), (baseline, scale)
     assert informative_groups(r, 4).tolist() == [False, False, True]
     stats = group_stats(r, 4)
     assert stats["reward/missing"] == 9 and stats["reward/mean"] == pytest.approx(2 / 3)
@@ -93,7 +101,7 @@ def test_groups_with_fewer_than_two_valid_rewards_get_zero():
     assert group_stats(torch.full((4,), NAN), 4)["reward/mean"] is None
 
 
-def advantages_loop(rewards, G, estimator, std_scale, eps):
+def advantages_loop(rewards, G, baseline, std_scale, eps):
     """Per-group Python reference, written independently of the vectorised code."""
     values = [float(x) for x in rewards]
     valid_all = [v for v in values if math.isfinite(v)]
@@ -108,11 +116,8 @@ def advantages_loop(rewards, G, estimator, std_scale, eps):
             if flat or not math.isfinite(v):
                 out.append(0.0)
                 continue
-            a = v - (sum(valid) - v) / (len(valid) - 1) if estimator == "rloo" else v - mean
-            if std_scale == "group":
-                a /= statistics_std(valid) + eps
-            elif std_scale == "batch":
-                a /= batch_std + eps
+            a = v - {"leave_one_out": (sum(valid) - v) / (len(valid) - 1), "group_mean": mean}[baseline]
+            a /= {"group": statistics_std(valid) + eps, "batch": batch_std + eps, "none": 1.0}[std_scale]
             out.append(a)
     return out
 
@@ -132,22 +137,36 @@ def statistics_std(xs):
             st.lists(st.sampled_from([0.0, 1.0, 0.5, -1.0, NAN, float("inf")]), min_size=G, max_size=4 * G).map(lambda xs: xs[: len(xs) // G * G]),
         )
     ),
-    st.sampled_from(["grpo", "dr_grpo", "rloo"]),
-    st.sampled_from(["group", "batch", "none"]),
+    st.sampled_from(list(BASELINES)),  # every registered one: the loop above must know it
+    st.sampled_from(list(STD_SCALES)),
 )
-def test_vectorised_advantages_match_loop_reference(case, estimator, std_scale):
+def test_vectorised_advantages_match_loop_reference(case, baseline, std_scale):
     G, rewards = case
     if not rewards:
         return
-    adv = compute_advantages(torch.tensor(rewards), G, estimator, std_scale, eps=1e-4)
+    adv = compute_advantages(torch.tensor(rewards), G, baseline=baseline, std_scale=std_scale, eps=1e-4)
     assert torch.isfinite(adv).all()
-    assert adv.tolist() == pytest.approx(advantages_loop(rewards, G, estimator, std_scale, 1e-4), rel=1e-5, abs=1e-6)
+    assert adv.tolist() == pytest.approx(advantages_loop(rewards, G, baseline, std_scale, 1e-4), rel=1e-5, abs=1e-6)
+
+
+@pytest.mark.parametrize("estimator", sorted(ESTIMATORS))
+@pytest.mark.parametrize("std_scale", [None, "group", "batch", "none"])
+def test_the_deprecated_estimator_argument_is_a_baseline_and_a_default_std_scaling(estimator, std_scale):
+    r = torch.tensor([1.0, 0.0, NAN, 0.5, 0.0, 0.0, 1.0, 1.0])
+    with pytest.warns(DeprecationWarning, match=f"estimator='{estimator}'"):
+        old = compute_advantages(r, 4, estimator, std_scale)
+    # grpo = group_mean + group std, dr_grpo = group_mean + none, rloo = leave_one_out + none; an explicit std_scale wins
+    baseline, default_scale = {"grpo": ("group_mean", "group"), "dr_grpo": ("group_mean", "none"), "rloo": ("leave_one_out", "none")}[estimator]
+    assert torch.equal(old, compute_advantages(r, 4, baseline=baseline, std_scale=std_scale or default_scale))
+    with pytest.raises(ValueError, match="not both"):
+        compute_advantages(r, 4, estimator, baseline=baseline)
 
 
 @pytest.mark.parametrize(
     "kwargs, match",
     [
         ({"estimator": "ppo"}, "estimator"),
+        ({"baseline": "median"}, r"baseline must be one of \['group_mean', 'leave_one_out'\]"),
         ({"std_scale": "global"}, "std_scale"),
         ({"group_size": 1}, "group_size"),
         ({"group_size": 3}, "multiple"),
@@ -310,10 +329,64 @@ def test_policy_loss_rejects_bad_arguments():
         policy_loss(x, x, torch.zeros(2), torch.ones(2, 3), ratio_level="chunk")
     with pytest.raises(ValueError, match="shapes"):
         policy_loss(x, x, torch.zeros(3), torch.ones(2, 3))
+    with pytest.raises(ValueError, match=r"surrogate must be one of \['ppo_clip', 'cispo'\], got 'ppo'"):
+        policy_loss(x, x, torch.zeros(2), torch.ones(2, 3), surrogate="ppo")
+    with pytest.raises(ValueError, match="surrogate 'cispo' does not support it"):
+        policy_loss(x, x, torch.zeros(2), torch.ones(2, 3), surrogate="cispo", dual_clip=3.0)
+
+
+# ----------------------------------------------------------------------------- surrogates
+
+
+def token(p: float, p_old: float, adv: float, **kw):
+    """One token sampled with probability p_old, now p: (loss, d loss / d log p, metrics)."""
+    logp = torch.tensor([[math.log(p)]], requires_grad=True)
+    loss, metrics = policy_loss(logp, torch.tensor([[math.log(p_old)]]), torch.tensor([adv]), torch.ones(1, 1), **kw)
+    loss.backward()
+    return loss.item(), float(logp.grad), metrics
+
+
+def test_cispo_hand_worked():
+    """CISPO's loss is -sg(clip(rho)) * A * log p, so its gradient is -clip(rho) * A, never 0."""
+    # p 0.6 from 0.4: rho 1.5, clipped to 1.2 (clip 0.2). A = +1: loss -1.2 * log 0.6 = 0.6130,
+    # gradient -1.2 where PPO's clipped branch gives 0.
+    loss, grad, m = token(0.6, 0.4, 1.0, surrogate="cispo")
+    assert loss == pytest.approx(-1.2 * math.log(0.6)) and grad == pytest.approx(-1.2) and float(m["loss/clip_frac"]) == 1.0
+    assert token(0.6, 0.4, 1.0)[1] == 0.0  # ppo_clip drops this token
+    # p 0.2 from 0.4: rho 0.5, clipped to 0.8; A = -1: loss -0.8 * -1 * log 0.2 = 0.8 log 0.2 = -1.2876, gradient 0.8
+    loss, grad, m = token(0.2, 0.4, -1.0, surrogate="cispo")
+    assert loss == pytest.approx(0.8 * math.log(0.2)) and grad == pytest.approx(0.8) and float(m["loss/clip_frac"]) == 1.0
+    # rho 1.1 inside the range: weight 1.1, the gradient -1.1 * A equals PPO's (-rho * A), nothing clipped
+    loss, grad, m = token(0.44, 0.4, 2.0, surrogate="cispo")
+    assert loss == pytest.approx(-1.1 * 2.0 * math.log(0.44)) and grad == pytest.approx(-2.2) and float(m["loss/clip_frac"]) == 0.0
+    assert token(0.44, 0.4, 2.0)[1] == pytest.approx(-2.2)
+    # clip-higher widens CISPO's weight range the same way: rho 1.25 < 1.28 is not clipped
+    assert token(0.5, 0.4, 1.0, surrogate="cispo", clip_high=0.28)[1] == pytest.approx(-1.25)
+
+
+def test_a_registered_surrogate_is_selectable_by_name(monkeypatch):
+    """The seam: one function registered under a name is a new policy loss; the shared tail
+    (here a token-mean aggregation and a k1 KL term) applies to it unchanged."""
+
+    def reinforce_is(logp_BT, ratio_BT, adv_B1, *, clip_low, clip_high):
+        """Unclipped importance-weighted policy gradient: -rho A."""
+        return -(ratio_BT * adv_B1), torch.zeros_like(ratio_BT, dtype=torch.bool)
+
+    monkeypatch.setitem(SURROGATES._items, "reinforce_is", reinforce_is)
+    monkeypatch.setitem(SURROGATES._traits, "reinforce_is", {})
+    logp = torch.log(torch.tensor([[0.6, 0.5], [0.3, 0.9]]))
+    old = torch.log(torch.tensor([[0.4, 0.5], [0.3, 0.9]]))
+    ref = torch.log(torch.tensor([[0.6, 0.25], [0.3, 0.9]]))
+    mask = torch.tensor([[1, 1], [1, 0]])
+    loss, m = policy_loss(logp, old, torch.tensor([1.0, -2.0]), mask, surrogate="reinforce_is", aggregation="token_mean",
+                          ref_logp=ref, kl_coef=0.1, kl_estimator="k1")
+    # tokens: -1.5 * 1, -1 * 1, -1 * -2 = 2 (the padded one out); k1 = log p - log ref: 0, log 2, 0
+    assert float(loss) == pytest.approx((-1.5 - 1.0 + 2.0 + 0.1 * math.log(2)) / 3)
+    assert float(m["loss/clip_frac"]) == 0.0 and float(m["loss/ratio_max"]) == pytest.approx(1.5)
 
 
 def loop_reference(logp, old, adv, mask, clip_low, clip_high, aggregation, max_len, ratio_level="token", dual_clip=None,
-                   ref=None, kl_coef=0.0, kl_estimator="k3", entropy=None, entropy_coef=0.0):
+                   ref=None, kl_coef=0.0, kl_estimator="k3", entropy=None, entropy_coef=0.0, surrogate="ppo_clip"):
     """Plain-Python per-token loop, written independently of the vectorised code."""
     per_seq, total, count, rows = [], 0.0, 0, 0
     for i in range(logp.shape[0]):
@@ -324,7 +397,10 @@ def loop_reference(logp, old, adv, mask, clip_low, clip_high, aggregation, max_l
             ratio = math.exp(seq_log_ratio if ratio_level == "sequence" else float(logp[i, t] - old[i, t]))
             clipped = min(max(ratio, 1 - clip_low), 1 + clip_high)
             a = float(adv[i])
-            value = -min(ratio * a, clipped * a)
+            value = {  # every registered surrogate, written out per token (a new one must be added here)
+                "ppo_clip": lambda: -min(ratio * a, clipped * a),
+                "cispo": lambda: -clipped * a * float(logp[i, t]),
+            }[surrogate]()
             if dual_clip is not None and a < 0:
                 value = min(value, -dual_clip * a)
             if ref is not None:
@@ -348,8 +424,9 @@ def loop_reference(logp, old, adv, mask, clip_low, clip_high, aggregation, max_l
 
 @st.composite
 def batches(draw):
-    """A random batch plus a random point in the settings space (every aggregation, both ratio
-    levels, dual-clip on/off, KL k1/k2/k3 on/off, entropy bonus on/off)."""
+    """A random batch plus a random point in the settings space (every registered surrogate,
+    aggregation, ratio level and KL estimator; dual-clip on/off where the surrogate has it, KL
+    on/off, entropy bonus on/off)."""
     B = draw(st.integers(1, 5))
     T = draw(st.integers(1, 6))
     lengths = draw(st.lists(st.integers(1, T), min_size=B, max_size=B))
@@ -358,12 +435,14 @@ def batches(draw):
     old = logp + torch.tensor(draw(st.lists(st.lists(st.floats(-0.5, 0.5, allow_subnormal=False, width=32), min_size=T, max_size=T), min_size=B, max_size=B)))
     adv = torch.tensor(draw(st.lists(floats, min_size=B, max_size=B)))
     mask = (torch.arange(T).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)).long()
-    aggregation = draw(st.sampled_from(["token_mean", "seq_mean_token_mean", "constant"]))
+    aggregation = draw(st.sampled_from(list(AGGREGATIONS)))
+    surrogate = draw(st.sampled_from(list(SURROGATES)))
     options = {
-        "ratio_level": draw(st.sampled_from(["token", "sequence"])),
-        "dual_clip": draw(st.sampled_from([None, 1.5, 3.0])),
+        "ratio_level": draw(st.sampled_from(list(RATIO_LEVELS))),
+        "surrogate": surrogate,
+        "dual_clip": draw(st.sampled_from([None, 1.5, 3.0])) if SURROGATES.trait(surrogate, "dual_clip") else None,
         "kl_coef": draw(st.sampled_from([0.0, 0.05])),
-        "kl_estimator": draw(st.sampled_from(["k1", "k2", "k3"])),
+        "kl_estimator": draw(st.sampled_from(list(KL_ESTIMATORS))),
         "entropy_coef": draw(st.sampled_from([0.0, 0.1])),
     }
     return logp, old, adv, mask, aggregation, options
@@ -448,12 +527,7 @@ def test_vectorised_loss_matches_loop_reference(batch):
     ref = logp - 0.3 if options["kl_coef"] else None
     entropy = fake_entropy(logp) if options["entropy_coef"] else None
     loss, _ = policy_loss(
-        logp, old, adv, mask, aggregation=aggregation, max_completion_length=8, clip_high=0.28,
-        ratio_level=options["ratio_level"], dual_clip=options["dual_clip"], ref_logp=ref, kl_coef=options["kl_coef"],
-        kl_estimator=options["kl_estimator"], entropy=entropy, entropy_coef=options["entropy_coef"],
+        logp, old, adv, mask, aggregation=aggregation, max_completion_length=8, clip_high=0.28, ref_logp=ref, entropy=entropy, **options
     )
-    expected = loop_reference(
-        logp, old, adv, mask, 0.2, 0.28, aggregation, 8, ratio_level=options["ratio_level"], dual_clip=options["dual_clip"],
-        ref=ref, kl_coef=options["kl_coef"], kl_estimator=options["kl_estimator"], entropy=entropy, entropy_coef=options["entropy_coef"],
-    )
+    expected = loop_reference(logp, old, adv, mask, 0.2, 0.28, aggregation, 8, ref=ref, entropy=entropy, **options)
     assert float(loss) == pytest.approx(expected, rel=1e-4, abs=1e-5)

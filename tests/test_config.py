@@ -45,7 +45,7 @@ def test_file_overrides_nested_sections_and_keeps_other_defaults(tmp_path):
         """
 [algo]
 beta = 0.04
-estimator = "rloo"
+baseline = "leave_one_out"
 
 [model]
 path = "some/model"
@@ -60,7 +60,7 @@ seed = 7
     )
     cfg = load_config(path)
     assert cfg.algo.beta == 0.04
-    assert cfg.algo.estimator == "rloo"
+    assert cfg.algo.baseline == "leave_one_out"
     assert cfg.model.path == "some/model"
     assert cfg.model.tiny.hidden_size == 64
     assert cfg.model.tiny.num_heads == 4
@@ -135,6 +135,8 @@ def test_unknown_key_in_file_names_dotted_field_and_file(tmp_path, text, field):
         ("[algo]\nbeta = true\n", "algo.beta"),  # bool is not float
         ("[run]\ndevice = 0\n", "run.device"),
         ('[algo]\nestimator = "ppo"\n', "algo.estimator"),
+        ('[algo]\nsurrogate = "ppo"\n', "algo.surrogate"),
+        ('[algo]\nbaseline = 1\n', "algo.baseline"),
         ("[data]\nsystem_prompt = [\"a\"]\n", "data.system_prompt"),
     ],
 )
@@ -165,8 +167,9 @@ def test_later_override_wins_over_earlier():
 @pytest.mark.parametrize(
     "override, getter, expected",
     [
-        ("algo.estimator=rloo", lambda c: c.algo.estimator, "rloo"),  # bare word
-        ('algo.estimator="dr_grpo"', lambda c: c.algo.estimator, "dr_grpo"),  # quoted
+        ("algo.baseline=leave_one_out", lambda c: c.algo.baseline, "leave_one_out"),  # bare word
+        ('algo.std_scale="none"', lambda c: c.algo.std_scale, "none"),  # quoted
+        ("algo.surrogate=cispo", lambda c: c.algo.surrogate, "cispo"),
         ("run.device=cuda:1", lambda c: c.run.device, "cuda:1"),
         ("run.output_dir=runs/my run", lambda c: c.run.output_dir, "runs/my run"),
         ("data.system_prompt=a=b", lambda c: c.data.system_prompt, "a=b"),  # split at the first '='
@@ -200,6 +203,8 @@ def test_override_int_widens_to_float():
         ("train.save_model=yes", "train.save_model"),
         ("train.save_model=1", "train.save_model"),
         ("algo.estimator=ppo", "algo.estimator"),
+        ("algo.baseline=median", "algo.baseline"),
+        ("algo.aggregation=sum", "algo.aggregation"),
         ("algo.beta={x = 1}", "algo.beta"),  # a table where a scalar is expected
         ("algo.beta.x=1", "algo.beta"),
         ("algo=1", "algo"),
@@ -302,7 +307,9 @@ def nondefault_config() -> Config:
     cfg.task.prompt_template = 'Q: "{expr}"\\\nA:'
     cfg.task.operators = "+*"
     cfg.sft.worked_fraction = 1.0
-    cfg.algo.estimator = "rloo"
+    cfg.algo.baseline = "leave_one_out"
+    cfg.algo.std_scale = "batch"
+    cfg.algo.surrogate = "cispo"
     cfg.algo.beta = 0.04
     cfg.algo.adv_eps = 1e-8
     cfg.train.lr = 1e-6
@@ -377,6 +384,65 @@ def test_field_help_lists_every_leaf_with_help_and_true_default():
         assert tomllib.loads(f"v = {default}")["v"] == expected[name], name
     # every listed name is accepted as an override with its default value
     assert load_config(overrides=[f"{n}={d}" for n, d, _ in rows]) == Config()
+
+
+# ----------------------------------------------------------------------------- choices from the registries
+
+REGISTRY_FIELDS = {  # config field -> the registry its values come from
+    "algo.baseline": "BASELINES", "algo.std_scale": "STD_SCALES", "algo.surrogate": "SURROGATES",
+    "algo.ratio_level": "RATIO_LEVELS", "algo.aggregation": "AGGREGATIONS", "algo.kl_estimator": "KL_ESTIMATORS",
+}
+
+
+@pytest.mark.parametrize("name, registry", sorted(REGISTRY_FIELDS.items()))
+def test_a_choice_accepts_exactly_its_registrys_names_and_lists_them(name, registry):
+    import rlvr.algorithms
+
+    names = list(getattr(rlvr.algorithms, registry))
+    assert len(names) >= 2
+    for value in names:
+        assert flatten(load_config(overrides=[f"{name}={value}"]))[name] == value
+    with pytest.raises(ConfigError) as err:
+        load_config(overrides=[f"{name}=nonesuch"])
+    assert str(err.value) == f"{name}: 'nonesuch' is not one of {names}"
+    # `rlvr config` lists each value with the first line of its function's docstring
+    (help_text,) = [h for n, _, h in field_help() if n == name]
+    for value in names:
+        assert f"{value}: " in help_text
+
+
+def test_a_newly_registered_surrogate_is_a_valid_config_value_without_editing_the_config(monkeypatch):
+    from rlvr.algorithms import SURROGATES
+
+    def unclipped(logp_BT, ratio_BT, adv_B1, *, clip_low, clip_high):
+        """-rho A, no clip."""
+        return -(ratio_BT * adv_B1), ratio_BT != ratio_BT
+
+    monkeypatch.setitem(SURROGATES._items, "unclipped", unclipped)
+    monkeypatch.setitem(SURROGATES._traits, "unclipped", {})
+    assert load_config(overrides=["algo.surrogate=unclipped"]).algo.surrogate == "unclipped"
+    assert "unclipped: -rho A, no clip" in dict((n, h) for n, _, h in field_help())["algo.surrogate"]
+    with pytest.raises(ConfigError, match=r"algo.dual_clip: .*'unclipped' does not support it \(those that do: \['ppo_clip'\]\)"):
+        load_config(overrides=["algo.surrogate=unclipped", "algo.dual_clip=3.0"])
+
+
+def test_a_choice_set_from_python_is_checked_when_validated():
+    cfg = Config()
+    cfg.algo.surrogate = "ppo"
+    with pytest.raises(ConfigError, match=r"algo.surrogate: 'ppo' is not one of \['ppo_clip', 'cispo'\]"):
+        cfg.validate()
+
+
+def test_every_registered_choice_is_documented():
+    from pathlib import Path
+
+    import rlvr.algorithms
+
+    doc = (Path(__file__).parent.parent / "docs" / "algorithms.md").read_text()
+    for name, registry in REGISTRY_FIELDS.items():
+        assert f"`{name}`" in doc, name
+        for value in getattr(rlvr.algorithms, registry):
+            assert f"`{value}`" in doc, f"{name} = {value} is not in docs/algorithms.md"
 
 
 def test_bare_word_override_of_a_string_field_stays_the_text_typed():

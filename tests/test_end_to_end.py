@@ -7,13 +7,8 @@ import torch
 from safetensors.torch import load_file
 
 from rlvr.config import load_config
-from rlvr.learner import LocalLearner
-from rlvr.loop import rl_train
 from rlvr.metrics import Reporter, read_jsonl_records
-from rlvr.models import build_char_tokenizer, build_tiny_model
 from rlvr.pipeline import run
-from rlvr.reward import RewardTerm
-from rlvr.tasks.arithmetic import make_splits
 
 TINY = [
     "model.tiny.hidden_size=32", "model.tiny.num_layers=2", "model.tiny.intermediate_size=64",
@@ -34,18 +29,9 @@ def parity_reward(completion: str, answer: str) -> float:
 
 
 @pytest.mark.parametrize("beta", [0.0, 0.04])
-def test_grpo_steps_update_every_parameter_and_log_every_step(tmp_path, beta):
+def test_grpo_steps_update_every_parameter_and_log_every_step(tmp_path, tiny_grpo, beta):
     cfg = load_config(overrides=TINY + [f"algo.beta={beta}", "train.steps=3", "train.lr=1e-3", "train.warmup_steps=1", "algo.num_iterations=2"])
-    tokenizer = build_char_tokenizer()
-    model = build_tiny_model(tokenizer, cfg.model.tiny, seed=0)
-    before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    train, _ = make_splits(cfg.task, 0)
-
-    class Bar:
-        def advance(self, info=""):
-            pass
-
-    records = rl_train(LocalLearner(model, tokenizer, cfg), train, cfg, [RewardTerm("parity", 1.0, parity_reward, batched=False)], tmp_path, Bar())
+    records, model, before = tiny_grpo(cfg, "parity", parity_reward)
 
     unchanged = [n for n, p in model.named_parameters() if p.requires_grad and torch.equal(p, before[n])]
     assert not unchanged, f"parameters that never moved: {unchanged}"

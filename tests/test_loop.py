@@ -122,7 +122,7 @@ def test_kl_in_reward_subtracts_beta_times_the_sequence_kl(tmp_path, monkeypatch
 
     real_kl, real_adv = learner_module.sequence_kl_to_reference, loop.compute_advantages
     monkeypatch.setattr(learner_module, "sequence_kl_to_reference", lambda *a, **k: kls.append(real_kl(*a, **k)) or kls[-1])
-    monkeypatch.setattr(loop, "compute_advantages", lambda r, *a: seen.append(r.clone()) or real_adv(r, *a))
+    monkeypatch.setattr(loop, "compute_advantages", lambda r, *a, **k: seen.append(r.clone()) or real_adv(r, *a, **k))
     records = loop.rl_train(LocalLearner(model, tok, cfg), train, cfg, term(recording_parity), tmp_path, Bar())
     B = 16
     for step in range(2):

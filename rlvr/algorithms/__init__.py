@@ -2,16 +2,40 @@
 
     from rlvr.algorithms import compute_advantages, policy_loss
 
-advantage.py (3)  rewards -> advantages (grpo, dr_grpo, rloo; std per group / batch / none)
-loss.py      (4)  ratios (token / sequence), clipping (low, high, dual), KL, entropy, aggregation
+advantage.py (3)  rewards -> advantages: a baseline (group_mean, leave_one_out) and a std scaling (group, batch, none)
+loss.py      (4)  ratios (token / sequence), then the per-token surrogate, then the shared tail: dual clip, KL,
+                  entropy, aggregation
+surrogate.py (4a) the per-token surrogates (ppo_clip, cispo): a new one is one registered function
 shaping.py        reward terms computed from the completion itself (DAPO overlong penalty)
+registry.py       the name -> function registries behind every choice; the config accepts their names
 """
 
-from rlvr.algorithms.advantage import compute_advantages, group_stats, informative_groups
-from rlvr.algorithms.loss import aggregate, kl_estimate, loss_normalizer, masked_mean, masked_sum, policy_loss, sequence_kl
+from rlvr.algorithms.advantage import BASELINES, ESTIMATORS, STD_SCALES, compute_advantages, group_stats, informative_groups
+from rlvr.algorithms.loss import (
+    AGGREGATIONS,
+    KL_ESTIMATORS,
+    RATIO_LEVELS,
+    aggregate,
+    kl_estimate,
+    loss_normalizer,
+    masked_mean,
+    masked_sum,
+    policy_loss,
+    sequence_kl,
+)
+from rlvr.algorithms.registry import Registry
 from rlvr.algorithms.shaping import overlong_penalty
+from rlvr.algorithms.surrogate import SURROGATES
 
 __all__ = [
+    "AGGREGATIONS",
+    "BASELINES",
+    "ESTIMATORS",
+    "KL_ESTIMATORS",
+    "RATIO_LEVELS",
+    "STD_SCALES",
+    "SURROGATES",
+    "Registry",
     "aggregate",
     "compute_advantages",
     "group_stats",

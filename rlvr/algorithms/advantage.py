@@ -1,11 +1,16 @@
 """(3) Group-relative advantages: rewards of G completions per prompt -> one scalar each.
 
 Pure functions over 1-D tensors laid out prompt-major: completions g*G .. g*G+G-1 answer prompt g.
-No learned critic: the group itself is the baseline.
+No learned critic: the group itself is the baseline. Two independent choices, each a registry:
 
-- grpo     (r - mean_group) / (std + eps)          DeepSeekMath, Shao et al. 2024, eq. 3
-- dr_grpo  r - mean_group (no std scaling)         Liu et al. 2025, "Understanding R1-Zero"
-- rloo     r - mean of the other G-1 rewards       Ahmadian et al. 2024 (= G/(G-1) (r - mean))
+baseline (algo.baseline)    what is subtracted from r
+  group_mean     mean of the group                       DeepSeekMath (Shao et al. 2024, eq. 3); Dr. GRPO
+  leave_one_out  mean of the other G-1 rewards           RLOO (Ahmadian et al. 2024): = G/(G-1) (r - mean)
+std_scale (algo.std_scale)  what the centred reward is divided by
+  group / batch / none      the group's std + eps, the batch's, or nothing (Dr. GRPO: no difficulty bias)
+
+The papers' names are points of these two: grpo = group_mean + group, dr_grpo = group_mean + none,
+rloo = leave_one_out + none (`ESTIMATORS`; the presets of the same names set them).
 
 std is the unbiased sample std (as TRL and verl compute it). A group whose rewards are all
 equal carries no signal: its advantages are exactly 0, never NaN.
@@ -17,10 +22,58 @@ advantage is 0. The caller also leaves that completion out of the loss (`torch.i
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
-ESTIMATORS = ("grpo", "dr_grpo", "rloo")
-STD_SCALES = ("group", "batch", "none")
+from rlvr.algorithms.registry import Registry
+
+BASELINES: Registry = Registry("baseline")
+STD_SCALES: Registry = Registry("std_scale")
+
+# The estimator names of the papers, as (baseline, std_scale): kept so that code and config files
+# written with `estimator=` keep computing what they did (`algo.estimator` is read as these two).
+ESTIMATORS = {"grpo": ("group_mean", "group"), "dr_grpo": ("group_mean", "none"), "rloo": ("leave_one_out", "none")}
+
+
+def _group_sums(r_NG: torch.Tensor, valid_NG: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(valid count, sum, mean) of each group's valid rewards, each (N, 1); an empty group has mean 0."""
+    n_N1 = valid_NG.sum(dim=1, keepdim=True)
+    sum_N1 = r_NG.sum(dim=1, keepdim=True)
+    return n_N1, sum_N1, sum_N1 / n_N1.clamp(min=1)
+
+
+@BASELINES.register("group_mean")
+def group_mean(r_NG: torch.Tensor, valid_NG: torch.Tensor) -> torch.Tensor:
+    """The mean reward of the group (GRPO, Dr. GRPO)."""
+    return _group_sums(r_NG, valid_NG)[2]
+
+
+@BASELINES.register("leave_one_out")
+def leave_one_out(r_NG: torch.Tensor, valid_NG: torch.Tensor) -> torch.Tensor:
+    """The mean reward of the other valid completions of the group (RLOO)."""
+    n_N1, sum_N1, _ = _group_sums(r_NG, valid_NG)
+    return (sum_N1 - r_NG) / (n_N1 - 1).clamp(min=1)
+
+
+@STD_SCALES.register("group")
+def group_std(adv_NG: torch.Tensor, r_NG: torch.Tensor, valid_NG: torch.Tensor, eps: float) -> torch.Tensor:
+    """Divided by the group's reward std + adv_eps (GRPO)."""
+    n_N1, _, mean_N1 = _group_sums(r_NG, valid_NG)
+    var_N1 = torch.where(valid_NG, (r_NG - mean_N1) ** 2, 0.0).sum(dim=1, keepdim=True) / (n_N1 - 1).clamp(min=1)
+    return adv_NG / (var_N1.sqrt() + eps)
+
+
+@STD_SCALES.register("batch")
+def batch_std(adv_NG: torch.Tensor, r_NG: torch.Tensor, valid_NG: torch.Tensor, eps: float) -> torch.Tensor:
+    """Divided by the whole batch's reward std + adv_eps (TRL's scale_rewards='batch')."""
+    return adv_NG / (r_NG[valid_NG].std() + eps if int(valid_NG.sum()) > 1 else 1.0)
+
+
+@STD_SCALES.register("none")
+def no_std(adv_NG: torch.Tensor, r_NG: torch.Tensor, valid_NG: torch.Tensor, eps: float) -> torch.Tensor:
+    """Not divided (Dr. GRPO, RLOO): no question-difficulty bias."""
+    return adv_NG
 
 
 def _check(rewards: torch.Tensor, group_size: int) -> None:
@@ -33,44 +86,40 @@ def _check(rewards: torch.Tensor, group_size: int) -> None:
 def compute_advantages(
     rewards: torch.Tensor,
     group_size: int,
-    estimator: str = "grpo",
+    estimator: str | None = None,
     std_scale: str | None = None,
     eps: float = 1e-4,
+    *,
+    baseline: str | None = None,
 ) -> torch.Tensor:
     """Advantages for prompt-major rewards of shape (N*G,); missing rewards (NaN/inf) get 0.
 
-    `std_scale` defaults to the estimator's own choice: "group" for grpo, "none" for dr_grpo and
-    rloo; passing it explicitly makes any combination.
+    `baseline` (default group_mean) and `std_scale` (default group) are the two choices.
+    `estimator` (grpo, dr_grpo, rloo) is the older spelling, deprecated: it names a baseline,
+    and the std scaling too when `std_scale` is not given.
 
-    >>> compute_advantages(torch.tensor([1.0, 0.0, 0.0, 0.0]), group_size=4, estimator="dr_grpo")
+    >>> compute_advantages(torch.tensor([1.0, 0.0, 0.0, 0.0]), group_size=4, baseline="group_mean", std_scale="none")
     tensor([ 0.7500, -0.2500, -0.2500, -0.2500])
-    >>> compute_advantages(torch.tensor([1.0, 0.0, float("nan"), 0.0]), group_size=4, estimator="dr_grpo")
+    >>> compute_advantages(torch.tensor([1.0, 0.0, float("nan"), 0.0]), group_size=4, std_scale="none")
     tensor([ 0.6667, -0.3333,  0.0000, -0.3333])
     """
-    if estimator not in ESTIMATORS:
-        raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
-    std_scale = std_scale or ("group" if estimator == "grpo" else "none")
-    if std_scale not in STD_SCALES:
-        raise ValueError(f"std_scale must be one of {STD_SCALES}, got {std_scale!r}")
+    if estimator is not None:
+        if estimator not in ESTIMATORS:
+            raise ValueError(f"estimator must be one of {list(ESTIMATORS)}, got {estimator!r}")
+        if baseline is not None:
+            raise ValueError("give baseline= (and std_scale=), or the deprecated estimator=, not both")
+        warnings.warn(
+            f"compute_advantages(estimator={estimator!r}) is deprecated: write baseline={ESTIMATORS[estimator][0]!r}, "
+            f"std_scale={std_scale or ESTIMATORS[estimator][1]!r}", DeprecationWarning, stacklevel=2,
+        )
+        baseline, std_scale = ESTIMATORS[estimator][0], std_scale or ESTIMATORS[estimator][1]
+    center, scale = BASELINES.lookup(baseline or "group_mean"), STD_SCALES.lookup(std_scale or "group")
     _check(rewards, group_size)
 
     r_NG = rewards.float().view(-1, group_size)
     valid_NG = torch.isfinite(r_NG)
     r_NG = torch.where(valid_NG, r_NG, torch.zeros_like(r_NG))  # missing -> 0, then masked out below
-    n_N1 = valid_NG.sum(dim=1, keepdim=True)
-    sum_N1 = r_NG.sum(dim=1, keepdim=True)
-    mean_N1 = sum_N1 / n_N1.clamp(min=1)
-    if estimator == "rloo":
-        baseline_NG = (sum_N1 - r_NG) / (n_N1 - 1).clamp(min=1)  # mean of the *other* valid rewards
-        adv_NG = r_NG - baseline_NG
-    else:
-        adv_NG = r_NG - mean_N1
-
-    if std_scale == "group":
-        var_N1 = torch.where(valid_NG, (r_NG - mean_N1) ** 2, 0.0).sum(dim=1, keepdim=True) / (n_N1 - 1).clamp(min=1)
-        adv_NG = adv_NG / (var_N1.sqrt() + eps)
-    elif std_scale == "batch":
-        adv_NG = adv_NG / (r_NG[valid_NG].std() + eps if int(valid_NG.sum()) > 1 else 1.0)
+    adv_NG = scale(r_NG - center(r_NG, valid_NG), r_NG, valid_NG, eps)
 
     # A group with fewer than two valid rewards, or all valid rewards equal, carries no signal:
     # exactly 0 (the formulas above give 0 too, but a future change must not turn it into noise).

@@ -1,4 +1,8 @@
-"""(4) The policy loss: importance ratios, clipping, KL estimators, masked aggregation.
+"""(4) The policy loss: importance ratios, a per-token surrogate, KL estimators, masked aggregation.
+
+`policy_loss` = ratio (RATIO_LEVELS) -> per-token surrogate (surrogate.SURROGATES: the clipped ratio,
+CISPO, ...) -> the shared tail: dual clip, KL (KL_ESTIMATORS), entropy bonus, aggregation
+(AGGREGATIONS). Each choice is a registered function; the config's allowed values are their names.
 
 Pure functions over (B, T) tensors: B completions, T completion positions, `mask_BT` 1 on real
 completion tokens (up to and including EOS) and 0 on padding. Masked positions are removed with
@@ -14,9 +18,12 @@ from __future__ import annotations
 
 import torch
 
-RATIO_LEVELS = ("token", "sequence")
-AGGREGATIONS = ("token_mean", "seq_mean_token_mean", "constant")
-KL_ESTIMATORS = ("k1", "k2", "k3")
+from rlvr.algorithms.registry import Registry
+from rlvr.algorithms.surrogate import SURROGATES
+
+RATIO_LEVELS: Registry = Registry("ratio_level")
+KL_ESTIMATORS: Registry = Registry("kl_estimator")
+AGGREGATIONS: Registry = Registry("aggregation")
 
 
 def masked_sum(values_BT: torch.Tensor, mask_BT: torch.Tensor, dim: int | None = None) -> torch.Tensor:
@@ -34,40 +41,86 @@ def masked_mean(values_BT: torch.Tensor, mask_BT: torch.Tensor, dim: int | None 
     return masked_sum(values_BT, mask_BT, dim) / count.clamp(min=1)
 
 
-def kl_estimate(logp_BT: torch.Tensor, ref_logp_BT: torch.Tensor, estimator: str = "k3") -> torch.Tensor:
-    """Per-token estimate of KL(policy || reference) from samples of the policy.
+@RATIO_LEVELS.register("token")
+def token_log_ratio(log_ratio_BT: torch.Tensor, mask_BT: torch.Tensor) -> torch.Tensor:
+    """One ratio per token, pi / pi_old (PPO, GRPO, DAPO)."""
+    return log_ratio_BT
 
-    With x = log pi_ref - log pi (Schulman, "Approximating KL divergence", 2020):
-    k1 = -x (unbiased, high variance), k2 = x^2 / 2, k3 = exp(x) - x - 1 (unbiased, >= 0).
-    x is clamped to [-20, 20] so one extreme token cannot overflow exp (as verl does).
+
+@RATIO_LEVELS.register("sequence")
+def sequence_log_ratio(log_ratio_BT: torch.Tensor, mask_BT: torch.Tensor) -> torch.Tensor:
+    """One ratio per completion, exp of its mean token log-ratio (GSPO, Zheng et al. 2025)."""
+    return masked_mean(log_ratio_BT, mask_BT, dim=1).unsqueeze(1).expand_as(log_ratio_BT)
+
+
+# KL(policy || reference) per token from samples of the policy, as functions of
+# x = log pi_ref - log pi (Schulman, "Approximating KL divergence", 2020).
+@KL_ESTIMATORS.register("k1")
+def kl_k1(x: torch.Tensor) -> torch.Tensor:
+    """-x: unbiased, high variance, can be negative."""
+    return -x
+
+
+@KL_ESTIMATORS.register("k2")
+def kl_k2(x: torch.Tensor) -> torch.Tensor:
+    """x^2 / 2: biased, low variance."""
+    return 0.5 * x * x
+
+
+@KL_ESTIMATORS.register("k3")
+def kl_k3(x: torch.Tensor) -> torch.Tensor:
+    """exp(x) - x - 1: unbiased and >= 0 (GRPO)."""
+    return torch.exp(x) - x - 1.0
+
+
+def kl_estimate(logp_BT: torch.Tensor, ref_logp_BT: torch.Tensor, estimator: str = "k3") -> torch.Tensor:
+    """Per-token estimate of KL(policy || reference) from samples of the policy (KL_ESTIMATORS).
+
+    x = log pi_ref - log pi is clamped to [-20, 20] so one extreme token cannot overflow exp (as verl does).
 
     >>> kl_estimate(torch.tensor([0.0]), torch.tensor([0.0]), "k3")
     tensor([0.])
     """
-    x = (ref_logp_BT - logp_BT).clamp(-20.0, 20.0)
-    if estimator == "k1":
-        return -x
-    if estimator == "k2":
-        return 0.5 * x * x
-    if estimator == "k3":
-        return torch.exp(x) - x - 1.0
-    raise ValueError(f"kl_estimator must be one of {KL_ESTIMATORS}, got {estimator!r}")
+    estimate = KL_ESTIMATORS.lookup(estimator)
+    return estimate((ref_logp_BT - logp_BT).clamp(-20.0, 20.0))
+
+
+# An aggregation is a numerator (registered, over this micro-batch) and a denominator (the `denominator`
+# trait, over the whole rollout batch's mask): gradient accumulation is exact because every
+# micro-batch divides by the same number.
+def _rows(mask_BT: torch.Tensor) -> float:
+    # Rows with no token (a completion excluded from the loss has its mask zeroed) are not
+    # counted: excluding a sample must not shrink the weight of the others.
+    return float((mask_BT.sum(dim=1) > 0).sum().clamp(min=1))
+
+
+def _constant_denominator(mask_BT: torch.Tensor, max_completion_length: int | None) -> float:
+    if not max_completion_length:
+        raise ValueError("aggregation='constant' needs max_completion_length (Dr. GRPO divides by N * L_max)")
+    return _rows(mask_BT) * max_completion_length
+
+
+@AGGREGATIONS.register("token_mean", denominator=lambda mask_BT, max_len: float(mask_BT.sum().clamp(min=1)))
+def token_mean(loss_BT: torch.Tensor, mask_BT: torch.Tensor) -> torch.Tensor:
+    """sum(l*m) / sum(m): every token of the batch weighs the same (DAPO)."""
+    return masked_sum(loss_BT, mask_BT)
+
+
+@AGGREGATIONS.register("seq_mean_token_mean", denominator=lambda mask_BT, max_len: _rows(mask_BT))
+def seq_mean_token_mean(loss_BT: torch.Tensor, mask_BT: torch.Tensor) -> torch.Tensor:
+    """mean_i(sum_t l*m / sum_t m): every completion weighs the same (GRPO paper; favours short correct answers)."""
+    return masked_mean(loss_BT, mask_BT, dim=1).sum()
+
+
+@AGGREGATIONS.register("constant", denominator=_constant_denominator)
+def constant(loss_BT: torch.Tensor, mask_BT: torch.Tensor) -> torch.Tensor:
+    """sum(l*m) / (N * max_new_tokens): no length bias (Dr. GRPO)."""
+    return masked_sum(loss_BT, mask_BT)
 
 
 def loss_normalizer(mask_BT: torch.Tensor, aggregation: str, max_completion_length: int | None = None) -> float:
     """The denominator of `aggregation` for this batch (pass the whole batch's to each micro-batch)."""
-    # Rows with no token (a completion excluded from the loss has its mask zeroed) are not
-    # counted: excluding a sample must not shrink the weight of the others.
-    rows = float((mask_BT.sum(dim=1) > 0).sum().clamp(min=1))
-    if aggregation == "token_mean":
-        return float(mask_BT.sum().clamp(min=1))
-    if aggregation == "seq_mean_token_mean":
-        return rows
-    if aggregation == "constant":
-        if not max_completion_length:
-            raise ValueError("aggregation='constant' needs max_completion_length (Dr. GRPO divides by N * L_max)")
-        return rows * max_completion_length
-    raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")
+    return AGGREGATIONS.trait(aggregation, "denominator")(mask_BT, max_completion_length)
 
 
 def aggregate(
@@ -77,20 +130,11 @@ def aggregate(
     max_completion_length: int | None = None,
     normalizer: float | None = None,
 ) -> torch.Tensor:
-    """Reduce per-token losses to a scalar.
-
-    token_mean            sum(l*m) / sum(m)                 (DAPO: every token weighs the same)
-    seq_mean_token_mean   mean_i( sum_t l*m / sum_t m )     (GRPO: every sequence weighs the same)
-    constant              sum(l*m) / (B * L_max)            (Dr. GRPO: no length bias)
-    """
+    """Reduce per-token losses to a scalar: the registered numerator over `normalizer` (by
+    default this batch's own denominator)."""
+    numerator = AGGREGATIONS.lookup(aggregation)
     denominator = normalizer if normalizer is not None else loss_normalizer(mask_BT, aggregation, max_completion_length)
-    if aggregation == "seq_mean_token_mean":
-        numerator = masked_mean(loss_BT, mask_BT, dim=1).sum()
-    elif aggregation in AGGREGATIONS:
-        numerator = masked_sum(loss_BT, mask_BT)
-    else:
-        raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")
-    return numerator / denominator
+    return numerator(loss_BT, mask_BT) / denominator
 
 
 def sequence_kl(logp_BT: torch.Tensor, ref_logp_BT: torch.Tensor, mask_BT: torch.Tensor, estimator: str = "k1") -> torch.Tensor:
@@ -106,6 +150,7 @@ def policy_loss(
     advantages: torch.Tensor,
     mask: torch.Tensor,
     *,
+    surrogate: str = "ppo_clip",
     ratio_level: str = "token",
     clip_low: float = 0.2,
     clip_high: float = 0.2,
@@ -119,15 +164,17 @@ def policy_loss(
     entropy_coef: float = 0.0,
     normalizer: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Clipped surrogate (PPO, Schulman et al. 2017) plus optional KL and entropy terms.
+    """A per-token surrogate (default PPO's clipped ratio) plus optional KL and entropy terms, aggregated.
 
-    Per token: -min(rho * A, clip(rho, 1 - clip_low, 1 + clip_high) * A) + kl_coef * KL - entropy_coef * H,
+    Per token, with the default surrogate (Schulman et al. 2017):
+    -min(rho * A, clip(rho, 1 - clip_low, 1 + clip_high) * A) + kl_coef * KL - entropy_coef * H,
     with rho = pi / pi_old per token, or one ratio per sequence (GSPO, Zheng et al. 2025:
-    rho_i = exp(mean_t(log pi - log pi_old))). Returns the scalar loss and detached metrics.
+    rho_i = exp(mean_t(log pi - log pi_old))). `surrogate` names another registered one
+    (`rlvr.algorithms.surrogate.SURROGATES`, e.g. "cispo"). Returns the scalar loss and detached metrics.
 
     dual_clip = c > 1 (Ye et al. 2020, "Mastering Complex Control in MOBA Games"; verl's
     clip_ratio_c = 3): for A < 0 the per-token loss is capped at -c * A, so one token whose ratio
-    exploded cannot dominate the batch.
+    exploded cannot dominate the batch. Only surrogates registered with dual_clip=True accept it.
 
     `entropy` is the policy's per-token entropy (B, T) with its graph (see
     `update.completion_logprobs(..., with_entropy=True)`); entropy_coef > 0 rewards keeping it.
@@ -137,8 +184,9 @@ def policy_loss(
     With one optimisation pass rho == 1 and advantages are centred, so the loss value is ~0
     while its gradient is not: the metrics carry the parts that explain it.
     """
-    if ratio_level not in RATIO_LEVELS:
-        raise ValueError(f"ratio_level must be one of {RATIO_LEVELS}, got {ratio_level!r}")
+    per_token = SURROGATES.lookup(surrogate)
+    level = RATIO_LEVELS.lookup(ratio_level)
+    AGGREGATIONS.lookup(aggregation)
     if logp.shape != old_logp.shape or logp.shape != mask.shape or advantages.shape != logp.shape[:1]:
         raise ValueError(
             f"shapes: logp {tuple(logp.shape)}, old_logp {tuple(old_logp.shape)}, mask {tuple(mask.shape)} "
@@ -148,20 +196,18 @@ def policy_loss(
         raise ValueError("kl_coef > 0 needs ref_logp")
     if entropy_coef != 0.0 and entropy is None:
         raise ValueError("entropy_coef != 0 needs entropy (per-token policy entropy with its graph)")
-    if dual_clip is not None and dual_clip <= 1.0:
-        raise ValueError(f"dual_clip must be > 1 (it caps the loss of negative advantages at -c * A), got {dual_clip}")
+    if dual_clip is not None:
+        if dual_clip <= 1.0:
+            raise ValueError(f"dual_clip must be > 1 (it caps the loss of negative advantages at -c * A), got {dual_clip}")
+        if not SURROGATES.trait(surrogate, "dual_clip", False):
+            raise ValueError(f"dual_clip caps the clipped-ratio loss; surrogate {surrogate!r} does not support it")
     finite_B = torch.isfinite(advantages)
     mask = mask.bool() & finite_B.unsqueeze(1)
     advantages = torch.where(finite_B, advantages, torch.zeros_like(advantages))
 
-    log_ratio_BT = torch.where(mask, logp - old_logp, torch.zeros_like(logp))
-    if ratio_level == "sequence":
-        log_ratio_BT = masked_mean(log_ratio_BT, mask, dim=1).unsqueeze(1).expand_as(logp)
-    ratio_BT = torch.exp(log_ratio_BT)
+    ratio_BT = torch.exp(level(torch.where(mask, logp - old_logp, torch.zeros_like(logp)), mask))
     adv_B1 = advantages.unsqueeze(1)
-    unclipped_BT = ratio_BT * adv_B1
-    clipped_BT = ratio_BT.clamp(1.0 - clip_low, 1.0 + clip_high) * adv_B1
-    loss_BT = -torch.minimum(unclipped_BT, clipped_BT)
+    loss_BT, clipped_BT = per_token(logp, ratio_BT, adv_B1, clip_low=clip_low, clip_high=clip_high)
     metrics = {}
     if dual_clip is not None:
         cap_BT = -dual_clip * adv_B1.expand_as(loss_BT)
@@ -180,10 +226,9 @@ def policy_loss(
 
     loss = aggregate(loss_BT, mask, aggregation, max_completion_length, normalizer)
     with torch.no_grad():
-        is_clipped = (clipped_BT < unclipped_BT) & mask  # the clipped branch won: no gradient there
         metrics.update(
             {
-                "loss/clip_frac": is_clipped.sum() / mask.sum().clamp(min=1),
+                "loss/clip_frac": (clipped_BT & mask).sum() / mask.sum().clamp(min=1),  # where the clip range changed the update
                 "loss/ratio_mean": masked_mean(ratio_BT, mask),
                 "loss/ratio_max": torch.where(mask, ratio_BT, torch.zeros_like(ratio_BT)).max(),
             }
