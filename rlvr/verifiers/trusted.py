@@ -1,0 +1,297 @@
+"""What python_code's judge trusts: the built-ins, `math`, and the methods of plain data it may
+call, each bounded so that no test can make the host's evaluation slow or large.
+
+Every operation that can cost more than linear time or build more than it reads (`**`, `<<`,
+repetition, `range`, `sum` of sequences, `str.join`/`replace`/padding, `round`, `math.factorial`,
+`prod`, `lcm`, sets and dicts of colliding hashes, values that alias one large value) is checked
+before it runs; anything past the bounds is a `JudgeError`, which fails that test.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import math
+import operator
+from typing import Any, Callable
+
+MAX_NODES = 100_000  # tokens in one decoded value (the runner refuses larger values too)
+MAX_DEPTH = 100
+MAX_INT_BITS = 1 << 17  # ~39,000 decimal digits: any test's answer, never a stall
+MAX_LENGTH = 1_000_000  # items or characters of anything the judge builds
+MAX_STEPS = 250_000  # interpreter steps per assert (~0.3 s of CPU)
+MAX_SAME_HASH = 32  # members of one set or dict sharing a hash (honest data: ~1)
+MAX_PRODUCED = 2 * MAX_LENGTH  # logical size of all comprehensions and lambdas build, per assert
+
+
+class JudgeError(Exception):
+    """A verdict that cannot be reached safely: the test fails with this message."""
+
+
+class ProbeFailed(JudgeError):
+    """The call into the program raised, timed out or sent nothing usable back."""
+
+
+
+
+SIZED_TYPES = frozenset([str, bytes, list, tuple, set, frozenset, dict])
+
+
+def size_at_most(value: Any, limit: int) -> int:
+    """The logical size of `value` (items of every nested container, strings by 16 characters),
+    counted up to just past `limit`: the walk costs about that, aliasing or not. `[[0] * 1000]
+    * 1000` is small in memory but a million to compare or print."""
+    total, todo = 0, [value]
+    while todo and total <= limit:
+        item = todo.pop()
+        kind = type(item)
+        if kind is str or kind is bytes:
+            total += 1 + len(item) // 16
+            continue
+        total += 1 + (2 * len(item) if kind is dict else len(item) if kind in SIZED_TYPES else 0)
+        if total > limit or kind not in SIZED_TYPES:
+            continue
+        members = [*item.keys(), *item.values()] if kind is dict else item
+        todo.extend(x for x in members if type(x) in SIZED_TYPES)  # scalars are counted by len() above
+    return total
+
+
+def printable(fn: Callable[[Any], str]) -> Callable[[Any], str]:
+    def bounded(value: Any = "") -> str:
+        if size_at_most(value, MAX_LENGTH // 16) > MAX_LENGTH // 16:
+            raise JudgeError(f"{fn.__name__}() of a value too large")
+        return fn(value)
+    bounded.__name__ = fn.__name__
+    return bounded
+
+
+def safe_type(*args: Any) -> type:
+    if len(args) != 1:
+        raise JudgeError("type() takes one argument in the judge (it builds no classes)")
+    return type(args[0])
+
+
+def bounded_range(*args: int) -> range:
+    r = range(*args)
+    if len(r) > MAX_LENGTH:
+        raise JudgeError(f"range of more than {MAX_LENGTH} items")
+    return r
+
+
+def check_hashes(items: list, what: str) -> list:
+    """Refuse members whose hashes collide en masse: building them would take quadratic time."""
+    counts: dict[int, int] = {}
+    for item in items:
+        h = hash(item)
+        counts[h] = counts.get(h, 0) + 1
+        if counts[h] > MAX_SAME_HASH:
+            raise JudgeError(f"{what} with more than {MAX_SAME_HASH} colliding hashes")
+    return items
+
+
+def materialised(iterable: Any, what: str) -> list:
+    items = []
+    for item in iterable:
+        items.append(item)
+        if len(items) > MAX_LENGTH:
+            raise JudgeError(f"{what} of more than {MAX_LENGTH} items")
+    return items
+
+
+def safe_set(iterable: Any = ()) -> set:
+    return set(check_hashes(materialised(iterable, "set"), "set"))
+
+
+def safe_frozenset(iterable: Any = ()) -> frozenset:
+    return frozenset(check_hashes(materialised(iterable, "frozenset"), "frozenset"))
+
+
+def safe_dict(*args: Any, **kwargs: Any) -> dict:
+    if len(args) > 1:
+        raise JudgeError("dict() takes at most one positional argument")
+    pairs = list(args[0].items()) if args and isinstance(args[0], dict) else materialised(args[0] if args else (), "dict")
+    pairs = [tuple(p) for p in pairs] + list(kwargs.items())
+    if any(len(p) != 2 for p in pairs):
+        raise JudgeError("dict() needs pairs")
+    check_hashes([k for k, _ in pairs], "dict")
+    return dict(pairs)
+
+
+def safe_pow(base: Any, exp: Any, mod: Any = None) -> Any:
+    if mod is None:
+        return power(base, exp)
+    return pow(base, exp, mod)
+
+
+def safe_sum(iterable: Any, start: Any = 0) -> Any:
+    if not isinstance(start, (int, float, complex)):
+        raise JudgeError("sum() of sequences is not supported by the judge (quadratic)")
+    total = start
+    for item in iterable:
+        total = checked(total + item)
+    return total
+
+
+def safe_round(number: Any, ndigits: Any = None) -> Any:
+    if ndigits is not None and isinstance(ndigits, int) and abs(ndigits) > 1000:
+        raise JudgeError("round() digits out of range")
+    return round(number) if ndigits is None else round(number, ndigits)
+
+
+def safe_prod(iterable: Any, *, start: Any = 1) -> Any:
+    total = start
+    for item in iterable:
+        total = checked(multiply(total, item))
+    return total
+
+
+def safe_lcm(*integers: int) -> int:
+    total = 1
+    for n in integers:
+        total = checked(math.lcm(total, n))
+    return total
+
+
+def safe_factorial(n: int) -> int:
+    if not isinstance(n, int) or n > 20_000:
+        raise JudgeError("factorial argument too large")
+    return math.factorial(n)
+
+
+def safe_comb_perm(fn: Callable) -> Callable:
+    def bounded(n: int, k: int | None = None) -> int:
+        if not isinstance(n, int) or n > 20_000:
+            raise JudgeError(f"{fn.__name__} argument too large")
+        return fn(n) if k is None else fn(n, k)
+    bounded.__name__ = fn.__name__
+    return bounded
+
+
+def safe_bytes(*args: Any) -> bytes:
+    if args and isinstance(args[0], int) and args[0] > MAX_LENGTH:
+        raise JudgeError("bytes() too long")
+    return bytes(*args)
+
+
+BUILTINS: dict[str, Any] = {
+    name: getattr(builtins, name)
+    for name in (
+        "abs", "all", "any", "bool", "chr", "complex", "divmod", "enumerate", "filter", "float", "int",
+        "isinstance", "len", "list", "map", "max", "min", "ord", "reversed", "sorted",
+        "tuple", "zip", "hex", "oct", "bin", "callable",
+    )
+}
+BUILTINS.update(range=bounded_range, set=safe_set, frozenset=safe_frozenset, dict=safe_dict, pow=safe_pow,
+                 bytes=safe_bytes, sum=safe_sum, round=safe_round, type=safe_type,
+                 str=printable(str), repr=printable(repr), ascii=printable(ascii))
+# Calling a type the data can carry (``type(x)(...)``) goes through the same bounded versions.
+SAFE_TYPES: dict[type, Callable] = {set: safe_set, frozenset: safe_frozenset, dict: safe_dict, bytes: safe_bytes,
+                                     str: BUILTINS["str"], type: safe_type, range: bounded_range}
+CALLABLE_TYPES = frozenset([type(None), *SAFE_TYPES, *(v for v in BUILTINS.values() if isinstance(v, type))])
+
+MATH_NAMES = (
+    "acos", "acosh", "asin", "asinh", "atan", "atan2", "atanh", "ceil", "copysign", "cos", "cosh", "degrees",
+    "dist", "e", "erf", "erfc", "exp", "expm1", "fabs", "floor", "fmod", "frexp", "fsum", "gamma", "gcd",
+    "hypot", "inf", "isclose", "isfinite", "isinf", "isnan", "isqrt", "lcm", "ldexp", "lgamma", "log",
+    "log10", "log1p", "log2", "modf", "nan", "pi", "prod", "radians", "remainder", "sin", "sinh", "sqrt",
+    "tan", "tanh", "tau", "trunc",
+)
+MATH: dict[str, Any] = {name: getattr(math, name) for name in MATH_NAMES if hasattr(math, name)}
+MATH.update(factorial=safe_factorial, comb=safe_comb_perm(math.comb), perm=safe_comb_perm(math.perm),
+             prod=safe_prod, lcm=safe_lcm)
+
+
+class TrustedModule:
+    """A trusted module as the judge exposes it: only the listed attributes."""
+
+    def __init__(self, name: str, members: dict[str, Any]) -> None:
+        self.name, self.members = name, members
+
+
+HOST_MODULES = {"math": TrustedModule("math", MATH)}
+
+# Methods of plain data the judge may call: none mutates, each costs at most linear time
+# in its receiver and arguments (``replace``, the padding methods are checked separately).
+STR_METHODS = frozenset(
+    "capitalize casefold center count endswith find index isalnum isalpha isascii isdecimal isdigit "
+    "isidentifier islower isnumeric isspace istitle isupper join ljust lower lstrip partition "
+    "removeprefix removesuffix replace rfind rindex rjust rpartition rsplit rstrip split splitlines "
+    "startswith strip swapcase title upper zfill encode".split()
+)
+METHODS: dict[type, frozenset[str]] = {
+    str: STR_METHODS,
+    bytes: frozenset("count decode endswith find hex index lower split startswith strip upper".split()),
+    list: frozenset(["count", "index", "copy"]),
+    tuple: frozenset(["count", "index"]),
+    dict: frozenset(["get", "items", "keys", "values", "copy"]),
+    set: frozenset("copy difference intersection isdisjoint issubset issuperset symmetric_difference union".split()),
+    frozenset: frozenset("copy difference intersection isdisjoint issubset issuperset symmetric_difference union".split()),
+    int: frozenset(["bit_length", "bit_count", "conjugate"]),
+    float: frozenset(["is_integer", "conjugate", "hex"]),
+    complex: frozenset(["conjugate"]),
+}
+DATA_ATTRIBUTES = {int: frozenset(["real", "imag"]), float: frozenset(["real", "imag"]), complex: frozenset(["real", "imag"])}
+
+
+# ----------------------------------------------------------------------- operators, bounded
+
+
+def size_of(value: Any) -> int:
+    return len(value) if isinstance(value, (str, bytes, list, tuple, dict, set, frozenset)) else 1
+
+
+def power(base: Any, exp: Any) -> Any:
+    if isinstance(base, int) and isinstance(exp, int) and exp > 0 and abs(base) > 1:
+        if exp * base.bit_length() > MAX_INT_BITS:
+            raise JudgeError("power too large")
+    return base**exp
+
+
+def checked(value: Any) -> Any:
+    if type(value) is int and value.bit_length() > MAX_INT_BITS:
+        raise JudgeError("integer too large")
+    if size_of(value) > MAX_LENGTH:
+        raise JudgeError("value too large")
+    return value
+
+
+def repeat(seq: Any, n: Any) -> Any:
+    if isinstance(n, int) and n > 0 and isinstance(seq, (str, bytes, list, tuple)):
+        per_copy = size_at_most(seq, MAX_LENGTH // n + 1) - 1  # the items, nested ones included
+        if len(seq) * n > MAX_LENGTH or per_copy * n > MAX_LENGTH:
+            raise JudgeError("repetition too large")
+    return seq * n
+
+
+def multiply(a: Any, b: Any) -> Any:
+    if isinstance(a, int) and not isinstance(b, int):
+        return repeat(b, a)
+    if isinstance(b, int) and not isinstance(a, int):
+        return repeat(a, b)
+    return a * b
+
+
+def shift_left(a: Any, b: Any) -> Any:
+    if isinstance(b, int) and isinstance(a, int) and a and b + a.bit_length() > MAX_INT_BITS:
+        raise JudgeError("shift too large")
+    return a << b
+
+
+def modulo(a: Any, b: Any) -> Any:
+    if isinstance(a, (str, bytes)):
+        raise JudgeError("%-formatting is not supported by the judge")
+    return a % b
+
+
+BINARY: dict[type, Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: multiply, ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv, ast.Mod: modulo, ast.Pow: power, ast.LShift: shift_left,
+    ast.RShift: operator.rshift, ast.BitOr: operator.or_, ast.BitAnd: operator.and_, ast.BitXor: operator.xor,
+}
+UNARY: dict[type, Callable[[Any], Any]] = {ast.UAdd: operator.pos, ast.USub: operator.neg, ast.Invert: operator.invert, ast.Not: operator.not_}
+COMPARE: dict[type, Callable[[Any, Any], bool]] = {
+    ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
+    ast.Gt: operator.gt, ast.GtE: operator.ge, ast.Is: operator.is_, ast.IsNot: operator.is_not,
+    ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
+}
+CHECKED_ARGS = {"center", "ljust", "rjust", "zfill"}  # width arguments: bounded before the call
