@@ -15,10 +15,11 @@ nothing trained; 1 a run that had to stop (rlvr.errors.RunStopped), or an audit 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 import typer
 from rich.console import Console
@@ -33,6 +34,20 @@ console = Console(stderr=True)
 OVERRIDES = typer.Argument(None, help="Dotted overrides such as algo.beta=0.04 (see `rlvr config`).", show_default=False)
 
 
+@contextlib.contextmanager
+def exit_codes() -> Iterator[None]:
+    """The two error families as exit statuses, with the message and no traceback: bad usage,
+    config or data -> 2; a run that had to stop -> 1."""
+    try:
+        yield
+    except UsageError as err:
+        console.print(f"[red]error:[/] {err}")
+        raise typer.Exit(EXIT_USAGE) from None
+    except RunStopped as err:
+        console.print(f"[red]stopped:[/] {err}")
+        raise typer.Exit(EXIT_RUN_STOPPED) from None
+
+
 def _load(config: Optional[str], overrides: Optional[list[str]]) -> Config:
     try:
         return load_config(config, overrides or [])
@@ -45,14 +60,8 @@ def _run(cfg: Config, command: str, quiet: bool, resume: bool = False) -> None:
     from rlvr.metrics import Reporter
     from rlvr.pipeline import run
 
-    try:
+    with exit_codes():
         run(cfg, Reporter(console, enabled=not quiet), command, resume=resume)
-    except UsageError as err:
-        console.print(f"[red]error:[/] {err}")
-        raise typer.Exit(EXIT_USAGE) from None
-    except RunStopped as err:
-        console.print(f"[red]stopped:[/] {err}")
-        raise typer.Exit(EXIT_RUN_STOPPED) from None
 
 
 RESUME = typer.Option(
@@ -124,13 +133,10 @@ def _dry_run(cfg: Config) -> None:
     from rlvr.reward import build_reward_terms, close_reward_terms
 
     skipped: list = []
-    try:
+    with exit_codes():
         close_reward_terms(build_reward_terms(cfg.reward))  # imports, signatures, the sandbox
         train_set, held_out = load_splits(cfg, skipped)
         model = f"; model {cfg.model.path} ({check_model_loads(cfg.model.path, cfg.model.trust_remote_code)})" if cfg.model.path else ""
-    except UsageError as err:
-        console.print(f"[red]error:[/] {err}")
-        raise typer.Exit(EXIT_USAGE) from None
     sys.stdout.write(to_toml(cfg).lstrip("\n"))
     for problem in skipped:
         console.print(f"[yellow]skipped[/] {problem.where}: {problem.message}")
@@ -181,14 +187,8 @@ def audit_reward_command(
     false positive, error or timeout."""
     from rlvr.audit import audit_reward, format_report
 
-    try:
+    with exit_codes():
         report = audit_reward(spec, domain=domain, imports=imports or [], workers=workers, timeout_s=timeout)
-    except UsageError as err:
-        console.print(f"[red]error:[/] {err}")
-        raise typer.Exit(EXIT_USAGE) from None
-    except RunStopped as err:
-        console.print(f"[red]stopped:[/] {err}")
-        raise typer.Exit(EXIT_RUN_STOPPED) from None
     sys.stdout.write(format_report(report) + "\n")
     raise typer.Exit(0 if report.passed else 1)
 
