@@ -18,6 +18,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from rlvr.verifiers import python_code
+from rlvr.verifiers.sandbox import Limits
 
 TASKS = [
     (
@@ -52,10 +53,10 @@ def make_items(n: int) -> list[tuple[str, str]]:
     return items[:n]
 
 
-def run(items: list[tuple[str, str]], parallel: int) -> tuple[float, float]:
+def run(items: list[tuple[str, str]], parallel: int, limits: Limits | None = None) -> tuple[float, float]:
     start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=parallel) as pool:
-        scores = list(pool.map(lambda item: python_code(*item), items))
+        scores = list(pool.map(lambda item: python_code(*item, limits=limits), items))
     return len(items) / (time.perf_counter() - start), sum(scores) / len(scores)
 
 
@@ -63,11 +64,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--programs", type=int, default=200)
     ap.add_argument("--parallel", type=int, nargs="+", default=[1, 2, 4])
+    ap.add_argument("--no-cgroups", action="store_true", help="Limits(cgroups=False): no per-job cgroups")
     args = ap.parse_args()
     items = make_items(args.programs)
-    python_code(*items[0])  # warm the page cache before timing
+    limits = Limits(cgroups=False) if args.no_cgroups else None
+    python_code(*items[0], limits=limits)  # warm the page cache before timing
     for parallel in args.parallel:
-        rate, mean = run(items, parallel)
+        rate, mean = run(items, parallel, limits)
         print(f"{parallel} at a time: {rate:6.1f} programs/s   (mean reward {mean:.2f}, {len(items)} programs x 3 tests)")
 
 

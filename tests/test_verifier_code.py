@@ -863,9 +863,9 @@ def test_a_job_cannot_exceed_its_memory_in_many_processes() -> None:
     # 3 processes x 100 MiB: each is far under RLIMIT_AS (512 MiB), all together over the
     # job's 192 MiB, so the memory cgroup ends some of them; with 2 GiB they all finish.
     tests = {"asserts": ["assert hog(3, 100) == 3"]}
-    tight = Limits(test_s=5.0, total_s=10.0, job_memory_mb=192)
+    tight = Limits(test_s=5.0, total_s=10.0, job_memory_mb=192, cgroups=True)
     assert python_code(fenced(MEMORY_HOG), tests, limits=tight) == 0.0
-    assert python_code(fenced(MEMORY_HOG), tests, limits=Limits(test_s=5.0, total_s=10.0, job_memory_mb=2048)) == 1.0
+    assert python_code(fenced(MEMORY_HOG), tests, limits=Limits(test_s=5.0, total_s=10.0, job_memory_mb=2048, cgroups=True)) == 1.0
     assert job_cgroup_dirs() == []
 
 
@@ -882,10 +882,12 @@ def test_each_job_runs_in_cgroups_of_its_own_that_go_with_it() -> None:
         seen.append([str(d) for d in job.dirs])
         return job
 
+    with_cgroups = Limits(test_s=FAST.test_s, total_s=FAST.total_s, cgroups=True)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(cgroups, "create", create)
-        assert python_code(ADD, ADD_TESTS, limits=FAST) == 1.0
-        assert python_code(ADD, ADD_TESTS, limits=FAST) == 1.0
+        assert python_code(ADD, ADD_TESTS, limits=with_cgroups) == 1.0
+        assert python_code(ADD, ADD_TESTS, limits=with_cgroups) == 1.0
+        assert python_code(ADD, ADD_TESTS, limits=FAST) == 1.0  # off by default: no third job's cgroups
     assert len(seen) == 2 and len(seen[0]) == len(cgroups._usable_parents()) and seen[0] != seen[1]
     assert not any(Path(d).exists() for dirs in seen for d in dirs)
     assert job_cgroup_dirs() == []
