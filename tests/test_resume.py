@@ -109,6 +109,27 @@ def test_a_resumed_run_skips_the_stages_it_finished(tmp_path, data_files, uninte
     assert summary["eval"] == json.loads((uninterrupted / "summary.json").read_text())["eval"]
 
 
+@pytest.mark.slow
+def test_a_run_from_before_stage_checkpoints_still_resumes(tmp_path, data_files, uninterrupted):
+    # Such a run has rl-start/ (the post-SFT weights and the first evaluation) instead of
+    # stage-sft/ and stage-eval_after_sft/: rebuild that layout from a run killed in RL.
+    import shutil
+
+    run_dir = tmp_path / "run"
+    assert lab(run_dir, TINY + data_files, kill_at="generate@1").returncode == -9
+    checkpoints = run_dir / "checkpoints"
+    (checkpoints / "stage-eval_after_sft").rename(checkpoints / "rl-start")
+    shutil.copy(checkpoints / "stage-sft" / "model.safetensors", checkpoints / "rl-start" / "model.safetensors")
+    shutil.rmtree(checkpoints / "stage-sft")
+    first_eval = (run_dir / "eval_after_sft.jsonl").stat().st_mtime_ns
+    resumed = lab(run_dir, [], resume=True)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert (run_dir / "eval_after_sft.jsonl").stat().st_mtime_ns == first_eval  # rl-start was honoured: no SFT, no eval
+    assert comparable(run_dir) == comparable(uninterrupted)
+    after, whole = final_weights(run_dir), final_weights(uninterrupted)
+    assert all(torch.equal(after[k], whole[k]) for k in whole)
+
+
 def test_a_torn_last_metrics_line_is_repaired_on_resume(tmp_path, data_files, uninterrupted):
     run_dir = tmp_path / "run"
     assert lab(run_dir, TINY + data_files, kill_at="step_end@3").returncode == -9
