@@ -189,6 +189,10 @@ def test_wrong_programs_still_fail_the_honest_tests() -> None:
         ("assert (y := f(1)) == 1", "assignment expression"),
         ("assert math.nope(f(1))", "math.nope is not provided"),
         ("assert f(1) == 1 if True else 0 ; x = 1", "exactly one assert"),
+        ("assert sorted([3, 1]) == [1, 3]", "calls nothing the program defines"),
+        ("assert sum([1, 2, 3]) == 6", "bind it in setup"),  # a program's own `sum` is not the one tested
+        ("assert " + "-" * 100_000 + "f(1) == 1", "nested too deeply"),
+        ("assert f(1) == " + "+".join(["1"] * 3000), "nested too deeply"),
     ],
 )
 def test_asserts_the_judge_cannot_evaluate_are_refused_with_the_test_number(test: str, reason: str) -> None:
@@ -202,6 +206,44 @@ def test_checks_in_setup_are_refused() -> None:
         parse_tests({"asserts": ["assert f(1) == 1"], "setup": "def check(x):\n    assert x == 1"})
     with pytest.raises(ValueError, match="math.nope"):
         parse_tests({"asserts": ["assert f(1) == 1"], "setup": "from math import nope"})
+
+
+def test_values_computed_with_other_setup_imports_are_refused() -> None:
+    # The program can patch `statistics.mean` before the setup imports it: an expected value
+    # computed with it would be the program's to choose. Passing such a value *into* the
+    # program is fine (an input).
+    with pytest.raises(ValueError, match="'statistics' is imported by the setup"):
+        parse_tests({"asserts": ["assert avg([1, 2, 3]) == statistics.mean([1, 2, 3])"], "setup": "import statistics"})
+    with pytest.raises(ValueError, match="'Fraction' is imported by the setup"):
+        parse_tests({"asserts": ["assert half(1) == Fraction(1, 2)"], "setup": "from fractions import Fraction"})
+    spec = parse_tests({"asserts": ["assert total(Fraction(1, 2)) == 0.5"], "setup": "from fractions import Fraction"})
+    assert spec.probes == ("total(Fraction(1, 2))",)
+
+
+@needs_bwrap
+def test_subclasses_of_data_come_back_as_their_base_values() -> None:
+    # A Counter or defaultdict compares as the dict it is (as in plain Python); an int subclass
+    # whose __eq__ says yes to everything comes back as the plain int and fails.
+    program = fenced(
+        """
+        from collections import Counter, defaultdict
+        class Int(int):
+            def __eq__(self, other):
+                return True
+            __hash__ = int.__hash__
+        def letters(s):
+            return Counter(s)
+        def tally(xs):
+            d = defaultdict(int)
+            for x in xs:
+                d[x] += 1
+            return d
+        def add(a, b):
+            return Int(0)
+        """
+    )
+    tests = {"asserts": ["assert letters('aab') == {'a': 2, 'b': 1}", "assert tally([1, 1]) == {1: 2}", "assert add(2, 3) == 5"]}
+    assert [r.detail for r in run_python_tests(program, tests, limits=FAST).results] == ["ok", "ok", "assertion failed"]
 
 
 def test_setup_names_belong_to_the_sandbox_and_math_imports_to_the_host() -> None:
@@ -236,12 +278,20 @@ def test_setup_names_belong_to_the_sandbox_and_math_imports_to_the_host() -> Non
         "assert list(map(lambda _: [0] * 10**6, range(10**5))) == []",
         "assert str(['x' * 10**6] * 10**3) == ''",
         "assert type('X', (), {})() == 1",
+        # found by a second review: C-level loops over aliased ranges, modular powers, set
+        # builders over many colliding members, displays of large values
+        "assert sum(map(len, map(list, [range(10**6)] * 2000))) == f(0)",
+        "assert pow(3, 1 << 20000, (1 << 20000) - 1) == f(0)",
+        "assert len(set().union(*[{k * (2**61 - 1) for k in range(32 * i, 32 * i + 32)} for i in range(1000)])) == f(0)",
+        "assert len([" + "[0] * 10**6, " * 200 + "]) == f(0)",
+        "assert len(list(map(list, [range(10**6)] * 20))) == f(0)",
     ],
 )
 def test_expensive_host_evaluation_fails_fast(test: str) -> None:
     names = host_names("")
     probes: list[str] = []
-    compiled = compile_assert(0, test, names, probes)
+    # an assert must call into the program; the bomb comes first, so the probe is never read
+    compiled = compile_assert(0, test if "f(" in test else test + " and f(0) == 3", names, probes)
     start = time.process_time()
     with pytest.raises(JudgeError):
         evaluate(compiled, names, lambda i: 3, deadline=time.monotonic() + 5)
@@ -250,7 +300,7 @@ def test_expensive_host_evaluation_fails_fast(test: str) -> None:
 
 def test_judging_time_counts_against_the_jobs_limit(monkeypatch: pytest.MonkeyPatch) -> None:
     names = host_names("")
-    compiled = compile_assert(0, "assert sum(x for x in range(10**5)) > 0", names, [])
+    compiled = compile_assert(0, "assert sum(x for x in range(10**5)) > f(0)", names, [])
     with pytest.raises(JudgeError, match="Timeout"):
         evaluate(compiled, names, lambda i: 0, deadline=time.monotonic() - 1)
     limits = Limits(total_s=0.2)

@@ -80,13 +80,14 @@ def _redirect(stdin_fd, stdout_fd, keep):
 
 _SCALARS = {type(None): "N", int: "i", float: "f", complex: "c", str: "s", bytes: "b"}
 _CONTAINER_TAGS = {list: "l", tuple: "t", set: "S", frozenset: "z", dict: "d"}
+_BASES = (int, float, complex, str, bytes, dict, list, tuple, set, frozenset)  # bool has no subclasses
 
 
 def _tag(value):
     """Plain data as a flat list of tokens, prefix order: a container is its tag and length,
     then its items (a dict: key, value, key, ...). Flat, so the host decodes it without
-    recursion. Exact types only: an ``int`` subclass with a custom ``__eq__`` (or any other
-    object) is not data and is refused."""
+    recursion. Exact types only: a subclass of one (an ``int`` with a custom ``__eq__``, a
+    ``Counter``) is sent as its base type's value, and any other object is refused."""
     out, todo, nodes = [], [(value, 0)], 0
     while todo:
         item, depth = todo.pop()
@@ -115,7 +116,13 @@ def _tag(value):
             members = [x for kv in item.items() for x in kv] if t is dict else list(item)
             todo.extend((m, depth + 1) for m in reversed(members))
         else:
-            raise TypeError("not plain data: " + t.__name__)
+            # A subclass of built-in data (Counter, defaultdict, OrderedDict, an int subclass)
+            # goes as its base type's plain value: its methods, __eq__ included, stay here.
+            base = next((b for b in _BASES if isinstance(item, b)), None)
+            if base is None:
+                raise TypeError("not plain data: " + t.__name__)
+            nodes -= 1
+            todo.append((base(item), depth))
     return out
 
 

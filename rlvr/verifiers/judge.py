@@ -43,8 +43,10 @@ from rlvr.verifiers.trusted import (
     CALLABLE_TYPES,
     UNARY,
     JudgeError,
+    SET_BUILDERS,
     ProbeFailed,
     TrustedModule,
+    check_hashes,
     checked,
     materialised,
     safe_dict,
@@ -65,7 +67,10 @@ def host_names(setup: str) -> dict[str, Any]:
         tree = ast.parse(setup or "")
     except SyntaxError as err:
         raise ValueError(f"setup is not valid Python: {err.msg} (line {err.lineno})") from None
+    except (MemoryError, RecursionError):
+        raise ValueError("setup is nested too deeply to parse") from None
     defined: set[str] = set()
+    imported: dict[str, str] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Assert):
             raise ValueError(
@@ -78,20 +83,31 @@ def host_names(setup: str) -> dict[str, Any]:
                 if alias.name in HOST_MODULES:
                     names[alias.asname or alias.name] = HOST_MODULES[alias.name]
                 else:
-                    defined.add((alias.asname or alias.name).split(".")[0])
+                    imported[(alias.asname or alias.name).split(".")[0]] = alias.name
         elif isinstance(node, ast.ImportFrom) and node.module in HOST_MODULES and node.level == 0:
             for alias in node.names:
                 member = HOST_MODULES[node.module].members.get(alias.name)
                 if member is None:
                     raise ValueError(f"setup imports {node.module}.{alias.name}, which the judge does not provide")
                 names[alias.asname or alias.name] = member
+        elif isinstance(node, ast.ImportFrom):
+            imported.update({alias.asname or alias.name: f"{node.module}.{alias.name}" for alias in node.names})
         else:
             defined |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 defined.add(node.name)
-    for name in defined:  # a name the setup rebinds is the setup's (it runs in the sandbox)
+    for name in defined | set(imported):  # a name the setup binds is the setup's (it runs in the sandbox)
         names.pop(name, None)
+    names.update({name: SandboxImport(module) for name, module in imported.items() if name not in defined})
     return names
+
+
+@dataclass(frozen=True)
+class SandboxImport:
+    """A name the setup imports from a module other than `math`: it lives beside the program, which
+    can patch it, so a test may pass it into the program but never compute a value with it."""
+
+    module: str
 
 
 # --------------------------------------------------------------------- splitting an assert
@@ -138,6 +154,8 @@ def compile_assert(k: int, source: Any, names: dict[str, Any], probes: list[str]
         body = ast.parse(source.strip()).body
     except SyntaxError as err:
         raise ValueError(f"assert {k}: not valid Python: {err.msg}") from None
+    except (MemoryError, RecursionError):
+        raise ValueError(f"assert {k}: nested too deeply to parse") from None
     if len(body) != 1 or not isinstance(body[0], ast.Assert):
         raise ValueError(f"assert {k}: must be exactly one assert statement (put helpers in setup): {source!r:.200}")
 
@@ -148,6 +166,9 @@ def compile_assert(k: int, source: Any, names: dict[str, Any], probes: list[str]
     def split(node: ast.AST, local: frozenset[str]) -> ast.AST:
         if isinstance(node, ast.expr) and not isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
             root = _chain_root(node)
+            if isinstance(root, ast.Name) and root.id not in local and isinstance(names.get(root.id), SandboxImport):
+                raise refuse(f"{root.id!r} is imported by the setup ({names[root.id].module}), so it runs beside the program, "
+                             "which can patch it: write the expected value itself, or pass it into a call of the program")
             if isinstance(root, ast.Name) and root.id not in local and root.id not in names:
                 used = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} & local
                 if used:
@@ -196,7 +217,16 @@ def compile_assert(k: int, source: Any, names: dict[str, Any], probes: list[str]
             raise refuse(f"unknown name {node.id!r}")  # unreachable: program names become probes
         return node
 
-    return CompiledAssert(tree=split(body[0].test, frozenset()), source=source)
+    first_probe = len(probes)
+    try:
+        tree = split(body[0].test, frozenset())
+    except RecursionError:
+        raise ValueError(f"assert {k}: nested too deeply to judge") from None
+    if len(probes) == first_probe:
+        raise refuse("it calls nothing the program defines, so it would pass or fail whatever the program does "
+                     "(a function named like a built-in, such as `sum`, is the built-in here: bind it in setup, "
+                     "`candidate = sum`, and call `candidate(...)`)")
+    return CompiledAssert(tree=tree, source=source)
 
 
 class _Interpreter:
@@ -244,7 +274,7 @@ class _Interpreter:
             if isinstance(n, ast.Starred):
                 out.extend(materialised(self.run(n.value, env), "unpacking"))
             else:
-                out.append(self.run(n, env))
+                out.append(self.charge(self.run(n, env)))  # 200 displayed [0] * 10**6 are 200 million
             if len(out) > MAX_LENGTH:
                 raise JudgeError("too many items")
         return out
@@ -337,6 +367,9 @@ class _Interpreter:
                 count = owner.count(args[0]) if args[0] else len(owner) + 1
                 if len(owner) + count * len(args[1]) > MAX_LENGTH:
                     raise JudgeError("replacement too large")
+            if attr in SET_BUILDERS and isinstance(owner, (set, frozenset)):
+                args = [materialised(a, "set argument") for a in args]
+                check_hashes([*owner, *(x for a in args for x in a)], "set")
             if attr == "join" and args:
                 args[0] = materialised(args[0], "join")
                 if sum(size_of(x) for x in args[0]) + len(owner) * len(args[0]) > MAX_LENGTH:

@@ -19,7 +19,7 @@ MAX_NODES = 100_000  # tokens in one decoded value (the runner refuses larger va
 MAX_DEPTH = 100
 MAX_INT_BITS = 1 << 17  # ~39,000 decimal digits: any test's answer, never a stall
 MAX_LENGTH = 1_000_000  # items or characters of anything the judge builds
-MAX_STEPS = 250_000  # interpreter steps per assert (~0.3 s of CPU)
+MAX_STEPS = 250_000  # interpreter steps per assert; each step's own work is bounded separately
 MAX_SAME_HASH = 32  # members of one set or dict sharing a hash (honest data: ~1)
 MAX_PRODUCED = 2 * MAX_LENGTH  # logical size of all comprehensions and lambdas build, per assert
 
@@ -35,6 +35,7 @@ class ProbeFailed(JudgeError):
 
 
 SIZED_TYPES = frozenset([str, bytes, list, tuple, set, frozenset, dict])
+_WALKED = SIZED_TYPES | {range}
 
 
 def size_at_most(value: Any, limit: int) -> int:
@@ -48,11 +49,14 @@ def size_at_most(value: Any, limit: int) -> int:
         if kind is str or kind is bytes:
             total += 1 + len(item) // 16
             continue
+        if kind is range:  # lazy, but every consumer (list, map, sorted, ...) walks it all
+            total += 1 + len(item)
+            continue
         total += 1 + (2 * len(item) if kind is dict else len(item) if kind in SIZED_TYPES else 0)
         if total > limit or kind not in SIZED_TYPES:
             continue
         members = [*item.keys(), *item.values()] if kind is dict else item
-        todo.extend(x for x in members if type(x) in SIZED_TYPES)  # scalars are counted by len() above
+        todo.extend(x for x in members if type(x) in _WALKED)  # scalars are counted by len() above
     return total
 
 
@@ -120,6 +124,8 @@ def safe_dict(*args: Any, **kwargs: Any) -> dict:
 def safe_pow(base: Any, exp: Any, mod: Any = None) -> Any:
     if mod is None:
         return power(base, exp)
+    if isinstance(mod, int) and isinstance(exp, int) and mod.bit_length() * exp.bit_length() > 1 << 24:
+        raise JudgeError("modular power too large")  # its cost grows with exp bits x mod bits^2
     return pow(base, exp, mod)
 
 
@@ -294,4 +300,5 @@ COMPARE: dict[type, Callable[[Any, Any], bool]] = {
     ast.Gt: operator.gt, ast.GtE: operator.ge, ast.Is: operator.is_, ast.IsNot: operator.is_not,
     ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
 }
+SET_BUILDERS = frozenset(["union", "intersection", "difference", "symmetric_difference"])  # hashes checked first
 CHECKED_ARGS = {"center", "ljust", "rjust", "zfill"}  # width arguments: bounded before the call
