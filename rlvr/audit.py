@@ -25,7 +25,6 @@ unsandboxed user reward does not harm the machine.
 
 from __future__ import annotations
 
-import inspect
 import json
 import textwrap
 from dataclasses import dataclass, field

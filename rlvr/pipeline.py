@@ -189,9 +189,14 @@ class Stage:
     checkpointed: bool = True  # RL keeps its own step checkpoints; the final save needs none
 
 
+def first_eval(cfg: Config) -> str:
+    """The name of the evaluation RL's gain is measured from."""
+    return "after_sft" if cfg.sft.steps > 0 else "before_rl"
+
+
 def stages_for(cfg: Config) -> list[Stage]:
     """The recipe as data: SFT (if any) -> evaluate -> RL -> evaluate (if RL trains) -> save."""
-    first = "after_sft" if cfg.sft.steps > 0 else "before_rl"
+    first = first_eval(cfg)
     plan = [Stage("sft", sft_stage, changes_weights=True)] if cfg.sft.steps > 0 else []
     plan.append(Stage(f"eval_{first}", functools.partial(eval_stage, first)))
     plan.append(Stage("rl", rl_stage, checkpointed=False))
@@ -237,7 +242,7 @@ def _run(cfg: Config, reporter: Reporter, command: str, resume: bool, reward_ter
         if stage.checkpointed:
             _record_completion(ctx, stage)
     ctx.seconds["total"] = round(time.perf_counter() - started, 1)
-    return _write_summary(ctx, plan, skipped)
+    return _write_summary(ctx, skipped)
 
 
 # ----------------------------------------------------------------------------- the stages
@@ -344,8 +349,8 @@ def _completed_stages(ctx: RunContext, plan: list[Stage]) -> int:
     return done
 
 
-def _write_summary(ctx: RunContext, plan: list[Stage], skipped: list[Problem]) -> dict:
-    evals, first = ctx.evals, plan[0 if plan[0].name != "sft" else 1].name.removeprefix("eval_")
+def _write_summary(ctx: RunContext, skipped: list[Problem]) -> dict:
+    evals, first = ctx.evals, first_eval(ctx.cfg)
     summary = {
         "run_dir": str(ctx.run_dir),
         "parameters": count_parameters(ctx.model),

@@ -95,7 +95,7 @@ def test_dry_run_loads_the_model_config_and_tokenizer(tmp_path, path, why):
     path = path.format(tmp=tmp_path)
     out = rlvr("train", EXAMPLE, f"model.path={path}", "--dry-run", env={"HF_HUB_OFFLINE": "1"})
     assert out.returncode == 2, out.stderr
-    assert f"model.path: " in out.stderr and why in out.stderr and path in out.stderr
+    assert "model.path: " in out.stderr and why in out.stderr and path in out.stderr
     assert "Traceback" not in out.stderr and out.stdout == ""
 
 

@@ -7,13 +7,11 @@ from __future__ import annotations
 import importlib
 import json
 import math
-import os
 import shutil
 import sys
 import textwrap
 
 import pytest
-import torch
 
 import rlvr.learner as learner_module
 import rlvr.loop as loop

@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlvr.verifiers import code as code_module
-from rlvr.verifiers.code import parse_tests, python_code, run_python_tests
+from rlvr.verifiers.code import parse_tests, run_python_tests
 from rlvr.verifiers.judge import MAX_SAME_HASH, JudgeError, compile_assert, decode_value, evaluate, host_names
 from rlvr.verifiers.sandbox import Limits, SandboxRun, parse_result_line
 

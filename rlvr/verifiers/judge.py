@@ -9,10 +9,10 @@ values, arithmetic, tolerances, containers, boolean structure and reference func
 interpreter over the assert's syntax tree, with the real built-ins and bounded work. So the
 program never sees an expected value and cannot shadow a function the test judges with.
 
-What the interpreter does not support is refused when the data is loaded, with the test's
-number and the construct (never evaluated in the sandbox instead): walrus, f-strings,
-``%``-formatting, calls into the program that depend on a comprehension's variable, and
-names of modules other than ``math``.
+Refused when the data is loaded, with the test's number (never evaluated in the sandbox
+instead): an assert that calls nothing the program defines, a value computed with a name the
+setup imports from a module other than ``math``, a call into the program that depends on a
+comprehension's variable, walrus, f-strings, and asserts in setup.
 
 What the judge trusts, each operation bounded, is in `trusted.py`; the probes' values come
 back as flat tokens decoded with bounds by `results.py`: a forged result can fail its test but
@@ -213,8 +213,6 @@ def compile_assert(k: int, source: Any, names: dict[str, Any], probes: list[str]
                 setattr(node, field, split(value, local))
             elif isinstance(value, list):
                 setattr(node, field, [split(v, local) if isinstance(v, ast.AST) else v for v in value])
-        if isinstance(node, ast.Name) and node.id not in local and node.id not in names:
-            raise refuse(f"unknown name {node.id!r}")  # unreachable: program names become probes
         return node
 
     first_probe = len(probes)
