@@ -13,7 +13,8 @@ field reaches the verifier as its JSON text):
 Judged outside the sandbox (:mod:`rlvr.verifiers.sandbox` runs the code,
 :mod:`rlvr.verifiers.judge` judges): only the calls into the program (``f(2)`` in
 ``assert abs(f(2) - 4.0) < 1e-9``) run in the sandbox; their values come back as plain
-data (exact built-in types, so an object whose ``==`` is always true is not data) and
+data (built-in types; a subclass such as an always-equal ``int`` comes back as its plain
+base value, and any other object is not data) and
 the rest of the assert, expected value, ``abs``, ``-`` and ``<`` included, is evaluated
 here with the real built-ins. The program never sees an expected value and cannot
 shadow a function the test judges with, so searching the stack or ``gc``, patching the
