@@ -5,6 +5,8 @@ Layout under run_dir/checkpoints/:
     stage-<name>/  written when a stage of the recipe finishes (stage-sft, stage-eval_after_sft,
                    ...): the results so far, the RNG state, and the weights when the stage changed
                    them (SFT's, so a resumed run neither redoes SFT nor loses the KL anchor)
+    sft-001000/    SFT in progress (checkpoint.sft_every): weights, optimizer and schedule; only the
+                   newest is kept, and none once stage-sft exists
     step-000050/   policy weights (safetensors), optimizer + scheduler + every RNG state + the
                    prompt stream position (trainer.pt), step counters (state.json), config.toml
     COMPLETE       inside each directory, written last: a directory without it is never loaded
@@ -36,6 +38,7 @@ from rlvr.errors import RunStopped
 COMPLETE = "COMPLETE"
 RL_START = "rl-start"  # written by runs before stage checkpoints: SFT and the first evaluation done
 STAGE_PREFIX = "stage-"
+SFT_PREFIX = "sft-"  # sft-000500/: SFT in progress (weights, optimizer, schedule), removed when the stage finishes
 
 
 class CheckpointError(RunStopped):
@@ -190,12 +193,19 @@ def is_complete(path: Path) -> bool:
     return (path / COMPLETE).is_file()
 
 
-def complete_step_checkpoints(root: Path) -> list[Path]:
-    """Complete step-* checkpoints, oldest first."""
+def complete_step_checkpoints(root: Path, prefix: str = "step-") -> list[Path]:
+    """Complete <prefix>NNNNNN checkpoints (RL's step-*, or SFT's sft-*), oldest first."""
     if not root.is_dir():
         return []
-    found = [p for p in root.glob("step-*") if p.is_dir() and is_complete(p) and p.name[5:].isdigit()]
-    return sorted(found, key=lambda p: int(p.name[5:]))
+    found = [p for p in root.glob(f"{prefix}*") if p.is_dir() and is_complete(p) and p.name[len(prefix):].isdigit()]
+    return sorted(found, key=lambda p: int(p.name[len(prefix):]))
+
+
+def remove_checkpoints(root: Path, prefix: str, keep: Path | None = None) -> None:
+    """Delete every <prefix>NNNNNN checkpoint under root except `keep` (complete or not)."""
+    for path in root.glob(f"{prefix}*") if root.is_dir() else []:
+        if path.is_dir() and path.name[len(prefix):].isdigit() and path != keep:
+            _remove(path)
 
 
 def latest_step_checkpoint(root: Path) -> Path | None:

@@ -1,4 +1,4 @@
-"""The `rlvr` command: lab | train | export | config | audit-reward.
+"""The `rlvr` command: lab | train | eval | export | config | audit-reward.
 
     rlvr lab                           the built-in CPU lab with its defaults
     rlvr lab algo.beta=0.04            ... with any field overridden by dotted key
@@ -6,6 +6,7 @@
     rlvr train my.toml --dry-run       load and validate config and data, then stop
     rlvr train --resume RUN_DIR        continue a killed run from its newest complete checkpoint
     rlvr export RUN_DIR OUT_DIR        the run's policy as a Hugging Face model directory
+    rlvr eval RUN_DIR --compare RUN_DIR@sft   pass@k / maj@k of the policy beside its start
     rlvr config                        every field with its default and meaning
     rlvr audit-reward mypkg.rewards:fn  probe a reward function for known reward hacks
 
@@ -158,6 +159,35 @@ def export(
         console.print(f"[red]error:[/] {err}")
         raise typer.Exit(EXIT_USAGE) from None
     console.print(f"[green]exported[/] {source} -> {out_dir}")
+
+
+@app.command("eval")
+def eval_command(
+    model: str = typer.Argument(..., help="A model directory, hub id, or run directory (runs/a, runs/a@start, runs/a@sft, runs/a@<step>)."),
+    overrides: Optional[list[str]] = OVERRIDES,
+    data: Optional[str] = typer.Option(None, help="JSONL of problems (default: the run's held-out split, or the lab's)."),
+    samples: Optional[int] = typer.Option(None, help="N samples per problem for pass@k / maj@k (default: eval.samples, else 8; 0 = greedy only)."),
+    temperature: Optional[float] = typer.Option(None, help="Sampling temperature (default: eval.temperature)."),
+    k: Optional[str] = typer.Option(None, "--k", help="k values, e.g. 1,2,4,8 (each <= --samples; default: powers of two up to N)."),
+    compare: Optional[str] = typer.Option(None, help="A second model evaluated on the same problems, e.g. the RL run's start: runs/a@sft."),
+    out: Optional[str] = typer.Option(None, help="Output directory (default: runs/eval-<time>)."),
+    config: Optional[str] = typer.Option(None, "--config", "-c", help="TOML file for a model directory (a run brings its own)."),
+    quiet: bool = typer.Option(False, help="No progress bars."),
+) -> None:
+    """Greedy accuracy, unbiased pass@k, maj@k and mean@N with 95% intervals, overall and per level; --compare draws two models' curves."""
+    from rlvr.commands.evaluate import run_eval
+    from rlvr.metrics import Reporter
+
+    flags = [f"eval.samples={samples}"] if samples is not None else []
+    flags += [f"eval.temperature={temperature}"] if temperature is not None else []
+    if k is not None:
+        try:
+            flags.append(f"eval.k={[int(v) for v in k.split(',') if v.strip()]}")
+        except ValueError:
+            console.print(f"[red]error:[/] --k: expected comma-separated integers such as 1,2,4,8, got {k!r}")
+            raise typer.Exit(EXIT_USAGE) from None
+    with exit_codes():
+        run_eval(model, [*(overrides or []), *flags], Reporter(console, enabled=not quiet), config_path=config, data=data, compare=compare, out=out)
 
 
 @app.command("config")

@@ -301,6 +301,10 @@ class TrainConfig:
 class CheckpointConfig:
     every: int = knob(50, "Write a checkpoint every N RL steps (0 = only at the end); one is always written at the end.")
     keep_last: int = knob(2, "Keep the newest N step checkpoints (0 = keep all).")
+    sft_every: int = knob(
+        500, "Write a checkpoint every N SFT steps (weights, optimizer, schedule), so a killed run resumes SFT at its last "
+        "checkpoint; only the newest is kept, and it is removed when SFT finishes. 0 = none (a killed SFT starts over)."
+    )
     auto_resume: bool = knob(
         False, "When run.output_dir already holds this run, continue it from its newest complete checkpoint instead of refusing."
     )
@@ -308,18 +312,87 @@ class CheckpointConfig:
     def validate(self) -> None:
         _require(self.every >= 0, "checkpoint.every", "must be >= 0")
         _require(self.keep_last >= 0, "checkpoint.keep_last", "must be >= 0")
+        _require(self.sft_every >= 0, "checkpoint.sft_every", "must be >= 0")
+
+
+@dataclass
+class RFTConfig:
+    samples: int = knob(8, "k: completions sampled per training prompt by `rlvr rft` and `rlvr distill` (rejection sampling).")
+    prompts: int = knob(0, "Training prompts to sample from (a seeded choice); 0 = all of them.")
+    max_per_prompt: int = knob(4, "m: at most this many distinct verified completions kept per prompt (Yuan et al. 2023: distinct paths are what helps).")
+    select: Literal["shortest", "random"] = knob(
+        "shortest", "Which of a prompt's distinct verified completions are kept when there are more than m: the shortest "
+        "(fewest tokens, then sampling order) or a seeded random choice."
+    )
+    temperature: float = knob(1.0, "Sampling temperature of the rejection-sampled completions.")
+    top_p: float = knob(1.0, "Nucleus sampling mass of the rejection-sampled completions (1.0 = off).")
+    batch_size: int = knob(512, "Completions decoded at once while sampling (prompts x rft.samples).")
+
+    def validate(self) -> None:
+        _require(self.samples >= 1, "rft.samples", "must be >= 1")
+        _require(self.prompts >= 0, "rft.prompts", "must be >= 0")
+        _require(self.max_per_prompt >= 1, "rft.max_per_prompt", "must be >= 1")
+        _require(self.temperature > 0, "rft.temperature", "must be > 0")
+        _require(0.0 < self.top_p <= 1.0, "rft.top_p", "must be in (0, 1]")
+        _require(self.batch_size >= 1, "rft.batch_size", "must be >= 1")
+
+
+@dataclass
+class DistillConfig:
+    teacher: str = knob(
+        "", "Teacher for the token-level term of SFT: a model directory, hub id or run (as `rlvr eval` takes one); `rlvr distill` sets it."
+    )
+    kl_coef: float = knob(
+        0.0, "Weight of KL(teacher || student) over the vocabulary at each trace token, added to SFT's NLL (needs teacher "
+        "and student to share a tokenizer); 0 = SFT on the verified traces only."
+    )
+
+    def validate(self) -> None:
+        _require(self.kl_coef >= 0.0, "distill.kl_coef", "must be >= 0")
+        _require(self.kl_coef == 0.0 or bool(self.teacher), "distill.kl_coef", "is > 0 but distill.teacher names no teacher model")
 
 
 @dataclass
 class EvalConfig:
-    batch_size: int = knob(200, "Held-out prompts decoded at once (greedy).")
+    batch_size: int = knob(200, "Completions decoded at once: greedy prompts, or sampled prompts x eval.samples.")
     max_new_tokens: int = knob(64, "Longest held-out completion.")
     max_problems: int = knob(0, "Evaluate at most this many held-out problems (0 = all).")
+    samples: int = knob(
+        0, "N: completions sampled per held-out problem for pass@k, maj@k and mean@N (besides the greedy one); 0 = greedy "
+        "accuracy only."
+    )
+    temperature: float = knob(1.0, "Sampling temperature of the eval.samples completions.")
+    top_p: float = knob(1.0, "Nucleus sampling mass of the eval.samples completions (1.0 = off).")
+    k: list[int] = knob([], "The k of pass@k and maj@k, each at most eval.samples; empty = powers of two up to eval.samples, and eval.samples.")
+    bootstrap_rounds: int = knob(1000, "Bootstrap resamples of the problems for the 95% intervals.")
+    every: int = knob(
+        0, "During RL, evaluate the held-out split every N steps (greedy, and sampled when eval.samples > 0), logged as "
+        "eval/* in metrics.jsonl and drawn with the reward curve; 0 = before and after RL only."
+    )
 
     def validate(self) -> None:
         _require(self.batch_size > 0, "eval.batch_size", "must be > 0")
         _require(self.max_new_tokens > 0, "eval.max_new_tokens", "must be > 0")
         _require(self.max_problems >= 0, "eval.max_problems", "must be >= 0")
+        _require(self.samples >= 0, "eval.samples", "must be >= 0")
+        _require(self.temperature > 0, "eval.temperature", "must be > 0")
+        _require(0.0 < self.top_p <= 1.0, "eval.top_p", "must be in (0, 1]")
+        _require(self.bootstrap_rounds >= 1, "eval.bootstrap_rounds", "must be >= 1")
+        _require(self.every >= 0, "eval.every", "must be >= 0")
+        for i, k in enumerate(self.k):
+            _require(k >= 1, f"eval.k[{i}]", f"must be >= 1, got {k}")
+            _require(
+                k <= self.samples, f"eval.k[{i}]",
+                f"= {k} but eval.samples = {self.samples}: pass@k and maj@k need at least k samples per problem (raise eval.samples or drop k)",
+            )
+
+    def ks(self) -> list[int]:
+        """The k values reported: eval.k, or powers of two up to eval.samples and eval.samples itself."""
+        if self.k:
+            return sorted(set(self.k))
+        from rlvr.stages.estimators import default_ks
+
+        return default_ks(self.samples) if self.samples else []
 
 
 @dataclass
@@ -394,6 +467,8 @@ class Config:
     train: TrainConfig = section(TrainConfig, "The RL optimiser and loop.")
     checkpoint: CheckpointConfig = section(CheckpointConfig, "Checkpoints and resuming.")
     eval: EvalConfig = section(EvalConfig, "Held-out evaluation.")
+    rft: RFTConfig = section(RFTConfig, "Rejection sampling: verified completions of a model as SFT data (`rlvr rft`, `rlvr distill`).")
+    distill: DistillConfig = section(DistillConfig, "Distillation: the teacher's token-level term in SFT.")
 
     def validate(self, for_training: bool = True) -> "Config":
         """Check every field and the settings that contradict each other. `for_training=False`

@@ -1,9 +1,10 @@
 """Log-probs of completion tokens: the one primitive every stage scores tokens with.
 
-RL's update, the KL reference, SFT, evaluation and any future distillation stage call
-`completion_logprobs`, so they agree on positions, temperature, masking and precision. Under
-`run.autocast` the decoder runs in bf16 but the output projection in fp32 (`fp32_output_head`),
-and backward steps out of autocast (`backward_outside_autocast`).
+RL's update, the KL reference, SFT, evaluation and distillation call `completion_logprobs` (or,
+for distillation's token-level KL, the distributions it gathers from: `completion_log_softmax`),
+so they agree on positions, temperature, masking and precision. Under `run.autocast` the decoder
+runs in bf16 but the output projection in fp32 (`fp32_output_head`), and backward steps out of
+autocast (`backward_outside_autocast`).
 """
 
 from __future__ import annotations
@@ -44,17 +45,15 @@ def logits_in_fp32(head: torch.nn.Linear, hidden: torch.Tensor) -> torch.Tensor:
         return F.linear(hidden.float(), head.weight, head.bias)
 
 
-def completion_logprobs(
+def completion_log_softmax(
     model: PreTrainedModel,
     prompt_ids_BP: torch.Tensor,
     prompt_mask_BP: torch.Tensor,
     completion_ids_BT: torch.Tensor,
     completion_mask_BT: torch.Tensor,
     temperature: float = 1.0,
-    with_entropy: bool = False,
-) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """log pi(y_t | x, y_<t) for every completion position, shape (B, T); with `with_entropy`
-    also the entropy of pi(. | x, y_<t) at each position, (B, T), with its graph.
+) -> torch.Tensor:
+    """log pi(. | x, y_<t) over the vocabulary at every completion position, shape (B, T, V), fp32.
 
     Logits are divided by the sampling temperature so the ratio compares the distribution the
     tokens were actually drawn from. Only the last T+1 positions are projected to the vocabulary
@@ -62,8 +61,7 @@ def completion_logprobs(
     """
     if isinstance(model, AdapterOffReference):  # the LoRA reference: the policy's own path, adapters off
         with model.policy.disable_adapter():
-            return completion_logprobs(model.policy, prompt_ids_BP, prompt_mask_BP, completion_ids_BT, completion_mask_BT,
-                                       temperature, with_entropy)
+            return completion_log_softmax(model.policy, prompt_ids_BP, prompt_mask_BP, completion_ids_BT, completion_mask_BT, temperature)
     T = completion_ids_BT.shape[1]
     input_ids = torch.cat([prompt_ids_BP, completion_ids_BT], dim=1)
     attention = torch.cat([prompt_mask_BP, completion_mask_BT], dim=1)
@@ -75,7 +73,21 @@ def completion_logprobs(
         hidden = base_model(model).model(input_ids=input_ids, attention_mask=attention, position_ids=positions).last_hidden_state
         logits = logits_in_fp32(head, hidden[:, -(T + 1):])
     logits_BTV = logits[:, :-1].float() / temperature  # position t predicts completion token t
-    logp_BTV = torch.log_softmax(logits_BTV, dim=-1)
+    return torch.log_softmax(logits_BTV, dim=-1)
+
+
+def completion_logprobs(
+    model: PreTrainedModel,
+    prompt_ids_BP: torch.Tensor,
+    prompt_mask_BP: torch.Tensor,
+    completion_ids_BT: torch.Tensor,
+    completion_mask_BT: torch.Tensor,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """log pi(y_t | x, y_<t) for every completion position, shape (B, T); with `with_entropy`
+    also the entropy of pi(. | x, y_<t) at each position, (B, T), with its graph."""
+    logp_BTV = completion_log_softmax(model, prompt_ids_BP, prompt_mask_BP, completion_ids_BT, completion_mask_BT, temperature)
     logp_BT = torch.gather(logp_BTV, 2, completion_ids_BT.unsqueeze(2)).squeeze(2)
     if not with_entropy:
         return logp_BT

@@ -142,11 +142,13 @@ def rl_train(
     run_dir: Path,
     bar: PhaseBar,
     resume_from: Path | None = None,
+    evaluate_policy: Callable[[], dict] | None = None,
 ) -> list[dict]:
     """Train the learner's policy for cfg.train.steps under any preset; returns the per-step
     metric records. With `resume_from` (a complete step checkpoint) weights, optimizer,
     scheduler, prompt stream and every RNG continue from it, so the remaining steps are those of
-    an uninterrupted run."""
+    an uninterrupted run. `evaluate_policy` (held-out figures of the current policy, drawing on no
+    training RNG) runs every cfg.eval.every steps after the update; its figures join that step's line."""
     G, rc, tc, ac = cfg.rollout.group_size, cfg.rollout, cfg.train, cfg.algo
     stream, checkpoints = PromptStream(examples, cfg.run.seed), run_dir / "checkpoints"
     start, bad_streak = 0, 0
@@ -186,6 +188,10 @@ def rl_train(
                     include_B &= ~batch.rollouts.truncated_B
                 record.update(learner.update(batch.rollouts, advantages_B, include_B))
             record.update(_rollout_metrics(samples, t_start, t_verified, time.perf_counter()))
+            if evaluate_policy is not None and cfg.eval.every and step % cfg.eval.every == 0:
+                t_eval = time.perf_counter()
+                record.update(evaluate_policy())
+                record["time/eval"] = time.perf_counter() - t_eval
             metrics_out.write(record)
             records.append(record)
             if batch is not None and (step % tc.log_samples_every == 0 or step == tc.steps):

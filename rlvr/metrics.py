@@ -120,7 +120,8 @@ class PhaseBar:
 
 
 def plot_reward_curve(records: list[dict[str, Any]], path: str | Path, evals: dict[str, float] | None = None) -> None:
-    """reward/mean per RL step with a moving average, and held-out accuracy before/after."""
+    """reward/mean per RL step with a moving average, held-out accuracy before/after, and the
+    held-out curve when the run evaluated during RL (eval.every)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -134,6 +135,9 @@ def plot_reward_curve(records: list[dict[str, Any]], path: str | Path, evals: di
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.plot(steps, rewards, alpha=0.3, label="train reward (mean of batch)")
     ax.plot(steps, smooth, label=f"moving average ({window} steps)")
+    held_out = [(r["step"], r["eval/accuracy"]) for r in records if r.get("eval/accuracy") is not None]
+    if held_out:  # eval.every: the held-out curve during RL
+        ax.plot(*zip(*held_out), marker="o", markersize=3, color="black", label="held-out greedy accuracy (eval.every)")
     if evals:
         for (name, acc), style in zip(evals.items(), ("--", ":")):
             ax.axhline(acc, linestyle=style, color="gray", label=f"held-out greedy accuracy {name}: {acc:.1%}")
@@ -143,6 +147,49 @@ def plot_reward_curve(records: list[dict[str, Any]], path: str | Path, evals: di
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right", fontsize=8)
     ax.set_title("Reward during RL")
+    _save_figure(fig, path)
+
+
+def plot_pass_at_k(curves: dict[str, dict[str, Any]], path: str | Path, title: str) -> None:
+    """pass@k (solid) and maj@k (dashed) against k, one colour per model, with 95% intervals.
+
+    `curves`: {label: EvalResult.summary()} of models evaluated on the same problems and samples."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    all_ks: set[int] = set()
+    for (label, result), colour in zip(curves.items(), ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple")):
+        for metric, style in (("pass", "-"), ("maj", "--")):
+            points = sorted((int(name.split("@")[1]), value) for name, value in result["sampled"].items()
+                            if name.startswith(f"{metric}@") and value is not None)
+            if not points:
+                continue
+            ks, values = zip(*points)
+            all_ks.update(ks)
+            low = [values[i] - result["intervals"].get(f"{metric}@{k}", [values[i]] * 2)[0] for i, k in enumerate(ks)]
+            high = [result["intervals"].get(f"{metric}@{k}", [values[i]] * 2)[1] - values[i] for i, k in enumerate(ks)]
+            ax.errorbar(ks, values, yerr=[low, high], linestyle=style, marker="o", markersize=3, capsize=2, color=colour,
+                        label=f"{label}: {metric}@k")
+        ax.axhline(result["accuracy"], linestyle=":", color=colour, alpha=0.7, label=f"{label}: greedy {result['accuracy']:.1%}")
+    if all_ks:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sorted(all_ks), [str(k) for k in sorted(all_ks)])
+    ax.set_xlabel("k (samples per problem)")
+    ax.set_ylabel("held-out accuracy")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    ax.set_title(title, fontsize=10)
+    _save_figure(fig, path)
+
+
+def _save_figure(fig: Any, path: str | Path) -> None:
+    """Write a matplotlib figure atomically (a reader never sees half a PNG) and close it."""
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     tmp = Path(path).with_suffix(".tmp.png")
     fig.savefig(tmp, dpi=110)

@@ -37,6 +37,7 @@ from rich.table import Table
 
 from rlvr.checkpoint import (
     RL_START,
+    SFT_PREFIX,
     STAGE_PREFIX,
     CheckpointError,
     complete_step_checkpoints,
@@ -46,6 +47,7 @@ from rlvr.checkpoint import (
     load_trainer,
     load_weights,
     read_state,
+    remove_checkpoints,
     restore_rng_state,
     rng_state,
     save_checkpoint,
@@ -55,7 +57,7 @@ from rlvr.config import RESUMABLE_CHANGES, Config, ConfigError, atomic_write_tex
 from rlvr.data import Example, Problem, format_prompt, load_jsonl_splits, solution_targets
 from rlvr.learner import LocalLearner
 from rlvr.loop import TrainingError, rl_train
-from rlvr.metrics import Reporter, plot_reward_curve
+from rlvr.metrics import JsonlWriter, PhaseBar, Reporter, plot_reward_curve, rewind_jsonl
 from rlvr.models import (
     add_lora,
     build_char_tokenizer,
@@ -68,8 +70,9 @@ from rlvr.models import (
     resolve_device,
     save_pretrained,
 )
-from rlvr.stages.evaluate import EvalResult, evaluate, num_batches
-from rlvr.stages.sft import sft_train
+from rlvr.sources import ModelSource, resolve_model, run_start
+from rlvr.stages.evaluate import EvalResult, evaluate, headline, num_batches, write_eval
+from rlvr.stages.sft import SFTProgress, sft_train
 from rlvr.tasks.arithmetic import make_splits, sft_targets as arithmetic_sft_targets
 from rlvr.reward import answer_check, build_reward_terms, close_reward_terms, correctness_term
 
@@ -250,31 +253,71 @@ def _run(cfg: Config, reporter: Reporter, command: str, resume: bool, reward_ter
 
 def sft_stage(ctx: RunContext) -> None:
     """Cold-start SFT on (prompt, target) pairs: the arithmetic task's worked/bare mixture, or the
-    user's own solutions."""
+    data's own solutions (a user's, or verified traces from `rlvr rft`/`distill`), with the
+    teacher's token-level term when distill.kl_coef > 0. Resumes from its newest sft-* checkpoint."""
     cfg = ctx.cfg
     if cfg.data.source == "arithmetic":
         targets = arithmetic_sft_targets(ctx.train, cfg.sft.batch_size, cfg.sft.worked_fraction, cfg.run.seed)
     else:
         targets = solution_targets(ctx.train, cfg.sft.batch_size, cfg.run.seed)
     pairs = ((format_prompt(ctx.tokenizer, e.prompt, cfg.data), target) for e, target in targets)
-    with ctx.reporter.phase("sft", cfg.sft.steps) as bar:
-        ctx.timed("sft", lambda: sft_train(ctx.model, ctx.tokenizer, pairs, cfg.sft, bar))
+    resume = None
+    latest = complete_step_checkpoints(ctx.checkpoints, SFT_PREFIX)[-1:] if ctx.resuming else []
+    if latest:
+        load_weights(latest[0], ctx.model)
+        trainer = load_trainer(latest[0])
+        resume = SFTProgress(read_state(latest[0])["step"], trainer["optimizer"], trainer["scheduler"])
+        ctx.reporter.print(f"resuming SFT from {latest[0]} (step {resume.step} of {cfg.sft.steps})")
+    rewind_jsonl(ctx.run_dir / "sft_metrics.jsonl", resume.step if resume else 0)
+    teacher = load_teacher(cfg, ctx.tokenizer, next(ctx.model.parameters()).device) if cfg.distill.kl_coef > 0 else None
+
+    def save(progress: SFTProgress) -> None:
+        path = save_checkpoint(ctx.checkpoints, f"{SFT_PREFIX}{progress.step:06d}", policy=ctx.model,
+                               trainer={"optimizer": progress.optimizer, "scheduler": progress.scheduler}, state={"step": progress.step},
+                               config_text=to_toml(cfg).lstrip("\n"))
+        remove_checkpoints(ctx.checkpoints, SFT_PREFIX, keep=path)
+
+    with ctx.reporter.phase("sft", cfg.sft.steps) as bar, JsonlWriter(ctx.run_dir / "sft_metrics.jsonl") as log:
+        ctx.timed("sft", lambda: sft_train(ctx.model, ctx.tokenizer, pairs, cfg.sft, bar, resume=resume, checkpoint_every=cfg.checkpoint.sft_every,
+                                           save=save, log=log.write, teacher=teacher, kl_coef=cfg.distill.kl_coef))
     ctx.model.zero_grad(set_to_none=True)  # SFT's last gradients must not leak into RL's first step or its metrics
     if cfg.sft.save_model:
         save_pretrained(ctx.model, ctx.tokenizer, ctx.run_dir / "sft")
 
 
+def load_teacher(cfg: Config, tokenizer, device: torch.device):
+    """The frozen teacher of distillation's token-level term; it must share the student's tokenizer."""
+    teacher, teacher_tokenizer = resolve_model(cfg.distill.teacher, "distill.teacher").load(cfg.run.dtype, str(device))
+    if teacher_tokenizer.get_vocab() != tokenizer.get_vocab():
+        raise ConfigError(
+            f"distill.kl_coef: the token-level term needs teacher and student to share a tokenizer, but {cfg.distill.teacher}'s "
+            f"vocabulary ({len(teacher_tokenizer)} tokens) differs from the student's ({len(tokenizer)}); set distill.kl_coef = 0 "
+            "to distill by SFT on the teacher's verified traces alone"
+        )
+    teacher.eval().requires_grad_(False)
+    return teacher
+
+
 def eval_stage(name: str, ctx: RunContext) -> None:
-    """Greedy held-out accuracy, written to eval_<name>.jsonl."""
+    """Held-out evaluation (greedy, and pass@k / maj@k from eval.samples samples), written to
+    eval_<name>.jsonl (and eval_<name>_samples.jsonl)."""
     cfg, held_out = ctx.cfg, ctx.held_out
     fault_point(f"eval_{name}")
     with ctx.reporter.phase(f"eval:{name}", num_batches(len(held_out), cfg.eval)) as bar:
         result = ctx.timed(f"eval_{name}", lambda: evaluate(ctx.model, ctx.tokenizer, held_out, cfg.data, cfg.eval, correctness_term(ctx.reward_terms),
-                                                            bar, engine=cfg.rollout.engine))
-    atomic_write_text(ctx.run_dir / f"eval_{name}.jsonl", "".join(json.dumps(sample) + "\n" for sample in result.samples))
+                                                            bar, engine=cfg.rollout.engine, seed=cfg.run.seed))
+    write_eval(ctx.run_dir, name, result)
     ctx.evals[name] = result
-    ctx.reporter.print(f"held-out greedy accuracy {name}: {result.accuracy:.1%}  by level {_pct(result.by_level)}  "
+    ctx.reporter.print(f"held-out {name}: {headline(result)}  by level {_pct(result.by_level)}  "
                        f"shows work {result.shows_work:.0%}  mean length {result.mean_length:.1f}")
+
+
+def held_out_figures(ctx: RunContext, model) -> dict[str, float | None]:
+    """The held-out figures RL logs every eval.every steps (eval/accuracy, eval/pass@k, ...)."""
+    cfg = ctx.cfg
+    result = evaluate(model, ctx.tokenizer, ctx.held_out, cfg.data, cfg.eval, correctness_term(ctx.reward_terms), PhaseBar(None, None),
+                      engine=cfg.rollout.engine, seed=cfg.run.seed)
+    return {"eval/accuracy": result.accuracy, **{f"eval/{name}": value for name, value in result.sampled.items()}}
 
 
 def rl_stage(ctx: RunContext) -> None:
@@ -292,8 +335,9 @@ def rl_stage(ctx: RunContext) -> None:
         ctx.reporter.print(f"resuming from {resume_from} (step {at} of {cfg.train.steps})")
     ctx.resumed_from = resume_from
     learner = LocalLearner(ctx.model, ctx.tokenizer, cfg)
+    evaluate_policy = functools.partial(held_out_figures, ctx, learner.policy) if cfg.eval.every else None
     with ctx.reporter.phase("rl", cfg.train.steps) as bar:
-        ctx.records = ctx.timed("rl", lambda: rl_train(learner, ctx.train, cfg, ctx.reward_terms, ctx.run_dir, bar, resume_from))
+        ctx.records = ctx.timed("rl", lambda: rl_train(learner, ctx.train, cfg, ctx.reward_terms, ctx.run_dir, bar, resume_from, evaluate_policy))
     learner.close()
     if len(ctx.records) != cfg.train.steps:  # never exit 0 having silently trained too little
         raise TrainingError(f"RL ended after {len(ctx.records)} of {cfg.train.steps} steps; see {ctx.run_dir / 'metrics.jsonl'}")
@@ -320,6 +364,8 @@ def _record_completion(ctx: RunContext, stage: Stage) -> None:
                "data": data_fingerprint(ctx.train)},
         config_text=to_toml(ctx.cfg).lstrip("\n"),
     )
+    if stage.name == "sft":  # SFT's own progress checkpoints are superseded by the stage's
+        remove_checkpoints(ctx.checkpoints, SFT_PREFIX)
 
 
 def _completed_stages(ctx: RunContext, plan: list[Stage]) -> int:
@@ -399,13 +445,9 @@ def export_checkpoint(run_dir: Path, out_dir: Path, step: int | None = None) -> 
         earlier_export = out.is_dir() and (out / "config.json").is_file() and not (out / "config.toml").exists() and not (out / "checkpoints").exists()
         if not earlier_export:
             raise ConfigError(f"{out_dir} exists and is not an earlier export; give a new or empty directory")
-    skeleton = str(run_dir / "init") if not cfg.model.path else cfg.model.path
-    tokenizer = load_tokenizer(skeleton, cfg.model.trust_remote_code)
-    model = load_model(skeleton, cfg.run.dtype, "cpu", cfg.model.trust_remote_code)
-    if cfg.model.lora_rank:
-        model = add_lora(model, cfg.model)
-    load_weights(source, model)
-    model = merged(model)  # a LoRA run exports its adapters folded into the weights
+    # a LoRA run exports its adapters folded into the weights
+    checkpoint = ModelSource(str(source), str(source), run_start(run_dir, cfg), source, cfg.model.lora_rank > 0, run_dir, cfg)
+    model, tokenizer = checkpoint.load(cfg.run.dtype)
     tmp = out_dir.with_name(f".{out_dir.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     save_pretrained(model, tokenizer, tmp)
@@ -415,23 +457,30 @@ def export_checkpoint(run_dir: Path, out_dir: Path, step: int | None = None) -> 
     return source
 
 
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1%}"
+
+
 def _pct(levels: dict[str, float]) -> str:
     return " ".join(f"L{k}={v:.0%}" for k, v in levels.items())
 
 
 def summary_table(evals: dict[str, EvalResult], seconds: dict[str, float]) -> Table:
-    table = Table(title="held-out evaluation (greedy)")
+    table = Table(title="held-out evaluation (greedy accuracy; sampled figures where eval.samples > 0)")
     table.add_column("stage")
     table.add_column("accuracy", justify="right")
     levels = sorted({k for e in evals.values() for k in e.by_level})
     for level in levels:
         table.add_column(f"level {level}", justify="right")
+    sampled = list(dict.fromkeys(name for e in evals.values() for name in e.sampled))
+    for name in sampled:
+        table.add_column(name, justify="right")
     table.add_column("shows work", justify="right")
     table.add_column("mean length", justify="right")
     for stage, e in evals.items():
         table.add_row(
             stage, f"{e.accuracy:.1%}", *[f"{e.by_level.get(level, float('nan')):.1%}" for level in levels],
-            f"{e.shows_work:.0%}", f"{e.mean_length:.1f}",
+            *[_fmt(e.sampled.get(name)) for name in sampled], f"{e.shows_work:.0%}", f"{e.mean_length:.1f}",
         )
     table.caption = "seconds: " + ", ".join(f"{k} {v}" for k, v in seconds.items())
     return table

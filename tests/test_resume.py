@@ -24,6 +24,8 @@ TINY = [
     "rollout.prompts_per_step=4", "train.micro_batch_size=8", "run.threads=1", "sft.steps=4", "sft.batch_size=8",
     "train.steps=6", "train.lr=1e-3", "train.warmup_steps=1", "checkpoint.every=2", "checkpoint.keep_last=2",
     "algo.beta=0.05", "algo.num_iterations=2",  # a reference model and frozen old log-probs must survive a resume too
+    "checkpoint.sft_every=2",  # SFT resumes from its step-2 checkpoint
+    "eval.every=3", "eval.samples=2",  # held-out evaluation during RL (sampled, own generator) must not disturb a resume
 ]
 
 
@@ -65,7 +67,8 @@ def uninterrupted(tmp_path_factory, data_files):
 
 
 KILL_POINTS = [  # each costs two child runs: the ones covered elsewhere by a fast test run with -m slow
-    pytest.param("sft_step@2", marks=pytest.mark.slow),  # mid-SFT: no stage finished, SFT is redone, deterministically
+    pytest.param("sft_step@2", marks=pytest.mark.slow),  # mid-SFT before its first checkpoint: SFT is redone, deterministically
+    "sft_step@3",  # mid-SFT after its step-2 checkpoint: SFT continues from it
     pytest.param("eval_after_sft@1", marks=pytest.mark.slow),  # SFT finished: its stage checkpoint's weights, the eval redone
     "generate@3",  # mid-step, after the step-2 checkpoint
     pytest.param("step_end@3", marks=pytest.mark.slow),  # between steps (also the torn-line test's kill point)
@@ -128,6 +131,21 @@ def test_a_run_from_before_stage_checkpoints_still_resumes(tmp_path, data_files,
     assert comparable(run_dir) == comparable(uninterrupted)
     after, whole = final_weights(run_dir), final_weights(uninterrupted)
     assert all(torch.equal(after[k], whole[k]) for k in whole)
+
+
+def test_a_killed_sft_continues_from_its_checkpoint_and_leaves_none_behind(tmp_path, data_files, uninterrupted):
+    run_dir = tmp_path / "run"
+    assert lab(run_dir, TINY + data_files, kill_at="sft_step@3").returncode == -9
+    assert [p.name for p in (run_dir / "checkpoints").iterdir()] == ["sft-000002"]
+    resumed = subprocess.run([sys.executable, "-m", "rlvr.cli", "lab", "--resume", str(run_dir)], capture_output=True, text=True, timeout=300,
+                             env={**os.environ, "COLUMNS": "300"})
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "resuming SFT from" in resumed.stderr and "(step 2 of 4)" in resumed.stderr
+    assert not list((run_dir / "checkpoints").glob("sft-*"))  # superseded by stage-sft
+    assert read_jsonl_records(run_dir / "sft_metrics.jsonl") == read_jsonl_records(uninterrupted / "sft_metrics.jsonl")
+    assert [r["step"] for r in read_jsonl_records(run_dir / "sft_metrics.jsonl")] == [1, 2, 3, 4]
+    whole, again = final_weights(uninterrupted), final_weights(run_dir)
+    assert all(torch.equal(whole[k], again[k]) for k in whole)
 
 
 def test_a_torn_last_metrics_line_is_repaired_on_resume(tmp_path, data_files, uninterrupted):

@@ -2,15 +2,17 @@
 
 `sft_train` takes any iterator of (prompt, target) pairs: what the targets are is the data's
 business (the lab's worked/bare mixture is `rlvr.tasks.arithmetic.sft_targets`; a user's data
-trains on its own solutions, `rlvr.data.solution_targets`). A future rejection-sampling or
-distillation stage feeds it verified completions the same way.
+trains on its own solutions, `rlvr.data.solution_targets`); rejection sampling and distillation
+feed it verified completions the same way (`rlvr.commands.rft`), distillation optionally with
+the teacher's token-level distribution (`sft_backward`).
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from typing import Iterator
+from dataclasses import dataclass
+from typing import Callable, Iterator
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -20,7 +22,7 @@ from rlvr.checkpoint import fault_point
 from rlvr.config import SFTConfig
 from rlvr.metrics import PhaseBar
 from rlvr.rollout import encode_prompts
-from rlvr.logprobs import backward_outside_autocast, completion_logprobs
+from rlvr.logprobs import backward_outside_autocast, completion_log_softmax, completion_logprobs
 
 
 def encode_targets(tokenizer: PreTrainedTokenizerBase, targets: list[str]) -> list[list[int]]:
@@ -49,9 +51,14 @@ def warmup_cosine(warmup: int, total: int):
 
 
 def sft_backward(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts: list[str], targets: list[str], micro_batch_size: int
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts: list[str], targets: list[str], micro_batch_size: int,
+    teacher: PreTrainedModel | None = None, kl_coef: float = 0.0,
 ) -> float:
-    """Accumulate the gradient of the batch's mean NLL per target token; returns that loss.
+    """Accumulate the gradient of the batch's mean loss per target token; returns that loss.
+
+    The loss of a token is its NLL, plus, with a `teacher` (distillation), `kl_coef` times
+    KL(teacher || student) over the vocabulary at that position: the student matches the
+    teacher's whole distribution along the trace, not only the token the teacher sampled.
 
     Rows are sorted by length and cut into micro-batches, so short (bare) targets are not padded
     to the longest worked solution; the whole batch's token count normalises every micro-batch,
@@ -66,11 +73,29 @@ def sft_backward(
         rows = order[start : start + micro_batch_size]
         prompt_ids, prompt_mask = encode_prompts(tokenizer, [prompts[i] for i in rows], device)
         ids_BT, mask_BT = pad_right([target_ids[i] for i in rows], tokenizer.pad_token_id, device)
-        logp_BT = completion_logprobs(model, prompt_ids, prompt_mask, ids_BT, mask_BT)
-        loss = aggregate(-logp_BT, mask_BT, "token_mean", normalizer=n_tokens)
+        if teacher is None or kl_coef == 0.0:
+            loss_BT = -completion_logprobs(model, prompt_ids, prompt_mask, ids_BT, mask_BT)
+        else:
+            student_BTV = completion_log_softmax(model, prompt_ids, prompt_mask, ids_BT, mask_BT)
+            with torch.no_grad():
+                teacher_BTV = completion_log_softmax(teacher, prompt_ids, prompt_mask, ids_BT, mask_BT)
+            nll_BT = -torch.gather(student_BTV, 2, ids_BT.unsqueeze(2)).squeeze(2)
+            kl_BT = (teacher_BTV.exp() * (teacher_BTV - student_BTV)).sum(dim=-1)  # KL(teacher || student) per position
+            loss_BT = nll_BT + kl_coef * kl_BT
+        loss = aggregate(loss_BT, mask_BT, "token_mean", normalizer=n_tokens)
         backward_outside_autocast(loss)
         total += loss.item()
     return total
+
+
+@dataclass
+class SFTProgress:
+    """Where an SFT run stands: the steps done and the optimizer and schedule after them (with the
+    weights, what a checkpoint needs to continue SFT exactly)."""
+
+    step: int
+    optimizer: dict
+    scheduler: dict
 
 
 def sft_train(
@@ -79,23 +104,49 @@ def sft_train(
     pairs: Iterator[tuple[str, str]],
     cfg: SFTConfig,
     bar: PhaseBar,
+    *,
+    resume: SFTProgress | None = None,
+    checkpoint_every: int = 0,
+    save: Callable[[SFTProgress], None] | None = None,
+    log: Callable[[dict], None] | None = None,
+    teacher: PreTrainedModel | None = None,
+    kl_coef: float = 0.0,
 ) -> list[float]:
     """Train in place for cfg.steps steps of cfg.batch_size (formatted prompt, target) pairs from
-    `pairs`; returns the loss of every step (mean NLL per target token)."""
+    `pairs`; returns the loss of every step it ran (mean loss per target token).
+
+    `save` is called every `checkpoint_every` steps (not after the last) with the progress so far;
+    `resume` continues from such a checkpoint (the caller has loaded its weights): the pairs it
+    consumed are skipped, so the steps that follow are those of an uninterrupted run. `log` gets
+    one record per step. `teacher` and `kl_coef`: see `sft_backward`."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(cfg.warmup_steps, cfg.steps))
+    start = 0
+    if resume is not None:
+        optimizer.load_state_dict(resume.optimizer)
+        scheduler.load_state_dict(resume.scheduler)
+        start = resume.step
+        for _ in itertools.islice(pairs, start * cfg.batch_size):  # the draws the finished steps made
+            pass
+        for _ in range(start):
+            bar.advance()
     model.train()
     losses = []
-    for _ in range(cfg.steps):
+    for step in range(start + 1, cfg.steps + 1):
         batch = list(itertools.islice(pairs, cfg.batch_size))
         if len(batch) < cfg.batch_size:
-            raise ValueError(f"sft: the (prompt, target) pairs ran out after {len(losses)} steps")
+            raise ValueError(f"sft: the (prompt, target) pairs ran out after {step - 1} steps")
         optimizer.zero_grad(set_to_none=True)
-        loss = sft_backward(model, tokenizer, [p for p, _ in batch], [t for _, t in batch], micro_batch_size=cfg.micro_batch_size)
+        lr = scheduler.get_last_lr()[0]
+        loss = sft_backward(model, tokenizer, [p for p, _ in batch], [t for _, t in batch], cfg.micro_batch_size, teacher, kl_coef)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         scheduler.step()
         losses.append(loss)
-        bar.advance(f"loss {losses[-1]:.3f}")
+        if log is not None:
+            log({"step": step, "loss/sft": loss, "lr": lr})
+        bar.advance(f"loss {loss:.3f}")
         fault_point("sft_step")
+        if save is not None and checkpoint_every and step % checkpoint_every == 0 and step < cfg.steps:
+            save(SFTProgress(step, optimizer.state_dict(), scheduler.state_dict()))
     return losses

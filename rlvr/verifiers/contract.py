@@ -66,7 +66,7 @@ TRL_ARGUMENTS = frozenset({"prompts", "completions", "completion_ids"})
 # TRL never passes these dataset columns as keywords (they are its own arguments or their rows).
 RESERVED_COLUMNS = frozenset({"prompt", "completion", "completion_ids", "prompts", "completions", "answer"})
 # Attributes of a verifier that the worker pool reads (rlvr.verifiers.pool) or the pipeline uses.
-DECLARED = ("time_limit_s", "timeout_score", "warm_up", "check_answer", "preflight")
+DECLARED = ("time_limit_s", "timeout_score", "warm_up", "check_answer", "preflight", "answer_key")
 
 
 @dataclass(frozen=True)

@@ -53,10 +53,10 @@ from rlvr.verifiers.math.equal import _Budget, _equivalent, _symbolic_verdict
 from rlvr.verifiers.math.extract import MAX_ANSWER_CHARS, _boxes, _unwrap_nested, extract_last_boxed
 from rlvr.verifiers.math.fast import _exact
 from rlvr.verifiers.math.forms import _canonical
-from rlvr.verifiers.math.normalise import _normalise, _normalise_cached
+from rlvr.verifiers.math.normalise import _exact_number, _normalise, _normalise_cached
 from rlvr.verifiers.math.parse import _to_sympy
 
-__all__ = ["MAX_ANSWER_CHARS", "boxed_math", "clear_caches", "extract_last_boxed"]
+__all__ = ["MAX_ANSWER_CHARS", "answer_key", "boxed_math", "clear_caches", "extract_last_boxed"]
 
 _MAX_DISTINCT_BOXES = 16  # more distinct boxed answers than this is a hedge, not a proof
 
@@ -125,3 +125,36 @@ def _warm_up() -> None:
 
 
 boxed_math.warm_up = _warm_up  # type: ignore[attr-defined]
+
+
+def _spelling(box: str) -> str:
+    norm = _normalise(_unwrap_nested(box))
+    value = _exact_number(norm)
+    if value is None or isinstance(value, str):
+        return norm
+    return str(value)  # 0.5, 1/2 and \frac{1}{2} are one vote: "1/2"
+
+
+def answer_key(completion: str) -> str | None:
+    """The final answer a completion commits to, spelled canonically, for majority voting
+    (maj@k): plain numbers as exact fractions ("0.50", "1/2" and "\\frac{1}{2}" give "1/2"),
+    anything else as boxed_math's normalised spelling (symbolic equivalents such as "2x" and
+    "x+x" stay two votes). None when boxed_math could never accept the completion's boxes:
+    no box, a malformed or oversized one, or boxes with different answers (a hedge casts no vote).
+
+    >>> answer_key(r"so \\boxed{0.50}"), answer_key(r"\\boxed{1} or \\boxed{2}")
+    ('1/2', None)
+    """
+    try:
+        boxes = _boxes(completion)
+        if not boxes or any(b is None or len(b) > MAX_ANSWER_CHARS for b in boxes):
+            return None
+        final = _spelling(boxes[-1])  # type: ignore[arg-type]
+        if not final or any((other := _spelling(b)) and other != final for b in boxes[:-1]):  # type: ignore[arg-type]
+            return None
+        return final
+    except Exception:  # like the reward itself: never raises
+        return None
+
+
+boxed_math.answer_key = answer_key  # type: ignore[attr-defined]

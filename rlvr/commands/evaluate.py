@@ -1,0 +1,126 @@
+"""`rlvr eval`: greedy accuracy, pass@k, maj@k and mean@N of a model on held-out problems,
+optionally beside a second model on the same problems with the same random numbers.
+
+    rlvr eval runs/a                           the run's final policy on the run's own held-out split
+    rlvr eval runs/a --compare runs/a@sft      ... beside the model RL started from
+    rlvr eval path/to/model --data test.jsonl  any model on your problems
+    rlvr eval runs/a --samples 32 --k 1,4,16 --temperature 0.7
+
+Writes into --out: eval_<label>.jsonl (greedy completions with verdicts), eval_<label>_samples.jsonl
+(every sampled completion with its verdict and the answer it votes for), summary.json and
+pass_at_k.png (pass@k and maj@k against k, one colour per model).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+
+from rich.table import Table
+
+from rlvr.config import Config, ConfigError, atomic_write_text, load_config
+from rlvr.data import Example, read_jsonl
+from rlvr.metrics import Reporter, plot_pass_at_k
+from rlvr.models import resolve_device
+from rlvr.reward import answer_check, build_reward_terms, close_reward_terms, correctness_term
+from rlvr.sources import ModelSource, resolve_model
+from rlvr.stages.evaluate import EvalResult, evaluate, num_batches, write_eval
+
+
+DEFAULT_SAMPLES = 8  # when neither --samples nor the config's eval.samples says
+
+
+def eval_config(source: ModelSource, config_path: str | None, overrides: list[str]) -> Config:
+    """The settings of an evaluation: a run's own config (its data, reward and eval sections) or
+    the defaults (and --config), then the overrides."""
+    if source.run_dir is not None:
+        if config_path:
+            raise ConfigError(f"--config: {source.run_dir} is a run directory and brings its own config.toml; give overrides instead")
+        config_path = str(source.run_dir / "config.toml")
+    return load_config(config_path, overrides, for_training=False)
+
+
+def held_out_problems(cfg: Config, data: str | None) -> tuple[list[Example], str]:
+    """The problems to evaluate on and where they come from: --data, else the config's held-out split."""
+    if data:
+        return read_jsonl(data, cfg.data, answer_ok=answer_check(cfg.reward)), data
+    from rlvr.pipeline import load_splits  # late: the pipeline imports this package's siblings
+
+    where = f"held-out split of {cfg.data.train_path}" if cfg.data.source == "jsonl" else f"arithmetic held-out split (seed {cfg.run.seed})"
+    if cfg.data.eval_path:
+        where = cfg.data.eval_path
+    return load_splits(cfg)[1], where
+
+
+def evaluate_source(source: ModelSource, cfg: Config, problems: list[Example], terms, reporter: Reporter, label: str) -> EvalResult:
+    """Load `source` and evaluate it under cfg.eval (forwards under run.autocast, as in training)."""
+    from rlvr.pipeline import configure_cpu_math, forward_precision
+
+    configure_cpu_math()
+    device = resolve_device(cfg.run.device)
+    model, tokenizer = source.load(cfg.run.dtype, str(device))
+    with forward_precision(cfg, device), reporter.phase(f"eval:{label}", num_batches(len(problems), cfg.eval)) as bar:
+        return evaluate(model, tokenizer, problems, cfg.data, cfg.eval, correctness_term(terms), bar, engine=cfg.rollout.engine, seed=cfg.run.seed)
+
+
+def run_eval(spec: str, overrides: list[str], reporter: Reporter, *, config_path: str | None = None, data: str | None = None,
+             compare: str | None = None, out: str | None = None) -> dict:
+    """Evaluate `spec` (and `compare`) and write the results into `out`; returns the summary."""
+    source = resolve_model(spec)
+    other = resolve_model(compare, "--compare") if compare else None
+    cfg = eval_config(source, config_path, overrides)
+    if not cfg.eval.samples and not any(o.split("=", 1)[0].strip() == "eval.samples" for o in overrides):
+        cfg = eval_config(source, config_path, [f"eval.samples={DEFAULT_SAMPLES}", *overrides])  # the command is about pass@k
+    if not cfg.eval.samples and compare:
+        reporter.print("[yellow]note:[/] eval.samples = 0: comparing greedy accuracy only (pass@k needs --samples N)")
+    problems, where = held_out_problems(cfg, data)
+    out_dir = Path(out or f"runs/eval-{datetime.now():%Y%m%d-%H%M%S}")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(f"--out: {out_dir} is a file, not a directory")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    terms = build_reward_terms(cfg.reward)
+    try:
+        results = {}
+        for label, src in (("model", source), ("compare", other)):
+            if src is None:
+                continue
+            results[label] = result = evaluate_source(src, cfg, problems, terms, reporter, label)
+            write_eval(out_dir, label, result)
+            reporter.print(f"{label}: {src.description}")
+    finally:
+        close_reward_terms(terms)
+    summary = {
+        "problems": {"count": len(problems), "source": where},
+        "settings": {"samples": cfg.eval.samples, "temperature": cfg.eval.temperature, "top_p": cfg.eval.top_p, "k": cfg.eval.ks(),
+                     "max_new_tokens": cfg.eval.max_new_tokens, "seed": cfg.run.seed, "correctness": correctness_name(cfg)},
+        "models": {label: {"source": src.description, **results[label].summary()} for label, src in (("model", source), ("compare", other)) if src},
+    }
+    atomic_write_text(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+    if cfg.eval.samples:
+        title = f"{len(problems)} problems, N = {cfg.eval.samples} samples at T = {cfg.eval.temperature} ({where})"
+        plot_pass_at_k({f"{label} ({src.spec})": summary["models"][label] for label, src in (("model", source), ("compare", other)) if src},
+                       out_dir / "pass_at_k.png", title)
+    reporter.print(comparison_table(results, {"model": source, "compare": other}))
+    reporter.print(f"written to [bold]{out_dir}[/]")
+    return summary
+
+
+def correctness_name(cfg: Config) -> str:
+    return cfg.reward.correctness or cfg.reward.functions[0]
+
+
+def comparison_table(results: dict[str, EvalResult], sources: dict[str, ModelSource | None]) -> Table:
+    """One row per figure (greedy accuracy, pass@k, maj@k, mean@N), one column per model, with intervals."""
+    table = Table(title="held-out evaluation (95% bootstrap intervals over problems)")
+    table.add_column("figure")
+    for label in results:
+        table.add_column(f"{label}: {sources[label].spec}", justify="right")  # type: ignore[union-attr]
+    names = ["accuracy"] + list(dict.fromkeys(n for r in results.values() for n in r.sampled))
+    for name in names:
+        cells = []
+        for r in results.values():
+            value, interval = r.figure(name), r.intervals.get(name)
+            cells.append("n/a" if value is None else f"{value:.1%}" + (f" [{interval[0]:.1%}, {interval[1]:.1%}]" if interval else ""))
+        table.add_row("greedy accuracy" if name == "accuracy" else name, *cells)
+    return table
