@@ -1,4 +1,4 @@
-"""The `rlvr` command: lab | train | eval | export | config | audit-reward.
+"""The `rlvr` command: lab | train | eval | rft | distill | export | config | audit-reward.
 
     rlvr lab                           the built-in CPU lab with its defaults
     rlvr lab algo.beta=0.04            ... with any field overridden by dotted key
@@ -7,6 +7,8 @@
     rlvr train --resume RUN_DIR        continue a killed run from its newest complete checkpoint
     rlvr export RUN_DIR OUT_DIR        the run's policy as a Hugging Face model directory
     rlvr eval RUN_DIR --compare RUN_DIR@sft   pass@k / maj@k of the policy beside its start
+    rlvr rft RUN_DIR                   the policy's verified traces fine-tune the run's starting model
+    rlvr distill --teacher RUN_DIR --student tiny:num_layers=1   ... or a smaller student
     rlvr config                        every field with its default and meaning
     rlvr audit-reward mypkg.rewards:fn  probe a reward function for known reward hacks
 
@@ -188,6 +190,61 @@ def eval_command(
             raise typer.Exit(EXIT_USAGE) from None
     with exit_codes():
         run_eval(model, [*(overrides or []), *flags], Reporter(console, enabled=not quiet), config_path=config, data=data, compare=compare, out=out)
+
+
+def _rft_flags(samples: Optional[int], max_per_prompt: Optional[int], select: Optional[str], prompts: Optional[int]) -> list[str]:
+    """The rejection-sampling flags of `rft` and `distill` as rft.* overrides."""
+    given = {"samples": samples, "max_per_prompt": max_per_prompt, "select": select, "prompts": prompts}
+    return [f"rft.{name}={value}" for name, value in given.items() if value is not None]
+
+
+SAMPLES = typer.Option(None, "--samples", help="k completions per training prompt (rft.samples).")
+MAX_PER_PROMPT = typer.Option(None, "--max-per-prompt", help="m: at most this many distinct verified traces kept per prompt (rft.max_per_prompt).")
+SELECT = typer.Option(None, "--select", help="shortest | random: which m of a prompt's distinct traces are kept (rft.select).")
+PROMPTS = typer.Option(None, "--prompts", help="Training prompts to sample (rft.prompts; default all).")
+
+
+@app.command()
+def rft(
+    source: str = typer.Argument(..., help="The model to sample from: an RL run (runs/a) or any model (then give --base)."),
+    overrides: Optional[list[str]] = OVERRIDES,
+    base: Optional[str] = typer.Option(None, help="The fresh model fine-tuned on the traces (default: the source run's starting model, SOURCE@start)."),
+    samples: Optional[int] = SAMPLES,
+    max_per_prompt: Optional[int] = MAX_PER_PROMPT,
+    select: Optional[str] = SELECT,
+    prompts: Optional[int] = PROMPTS,
+    out: Optional[str] = typer.Option(None, help="Output directory (default: runs/rft-<time>); rerun with the same --out to continue."),
+    quiet: bool = typer.Option(False, help="No progress bars."),
+) -> None:
+    """Rejection-sampling fine-tuning (R1 stage 3): keep the source's verified completions, SFT a fresh model on them, compare."""
+    from rlvr.commands.rft import run_rft
+    from rlvr.metrics import Reporter
+
+    with exit_codes():
+        run_rft(source, [*(overrides or []), *_rft_flags(samples, max_per_prompt, select, prompts)], Reporter(console, enabled=not quiet),
+                base=base, out=out)
+
+
+@app.command()
+def distill(
+    teacher: str = typer.Option(..., help="The teacher: an RL run (runs/a) or any model."),
+    student: str = typer.Option(..., help="A model directory or hub id, or tiny[:key=value,...] for a fresh tiny model (e.g. tiny:num_layers=1)."),
+    overrides: Optional[list[str]] = OVERRIDES,
+    kl_coef: Optional[float] = typer.Option(None, "--kl-coef", help="Weight of the token-level KL(teacher || student) on the traces (needs a shared tokenizer; distill.kl_coef)."),
+    samples: Optional[int] = SAMPLES,
+    max_per_prompt: Optional[int] = MAX_PER_PROMPT,
+    select: Optional[str] = SELECT,
+    prompts: Optional[int] = PROMPTS,
+    out: Optional[str] = typer.Option(None, help="Output directory (default: runs/distill-<time>); rerun with the same --out to continue."),
+    quiet: bool = typer.Option(False, help="No progress bars."),
+) -> None:
+    """Distillation: the teacher's verified traces become the student's SFT data (R1's distilled models)."""
+    from rlvr.commands.rft import run_distill
+    from rlvr.metrics import Reporter
+
+    flags = _rft_flags(samples, max_per_prompt, select, prompts) + ([f"distill.kl_coef={kl_coef}"] if kl_coef is not None else [])
+    with exit_codes():
+        run_distill(teacher, student, [*(overrides or []), *flags], Reporter(console, enabled=not quiet), out=out)
 
 
 @app.command("config")

@@ -774,6 +774,22 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | No
     return cfg.validate(for_training)
 
 
+def with_overrides(cfg: Config, overrides: list[str], for_training: bool = True) -> Config:
+    """A copy of `cfg` with dotted overrides applied (as on the command line), validated."""
+    import copy
+
+    out = copy.deepcopy(cfg)
+    for text in overrides:
+        keys, value = _parse_override(text)
+        if _annotation_at(out, keys) is str and not isinstance(value, str):
+            value = text.split("=", 1)[1].strip()
+        nested: dict[str, Any] = {keys[-1]: value}
+        for part in reversed(keys[:-1]):
+            nested = {part: nested}
+        _apply(out, nested, "")
+    return out.validate(for_training)
+
+
 # ----------------------------------------------------------------------------- saving
 
 

@@ -71,7 +71,7 @@ from rlvr.models import (
     save_pretrained,
 )
 from rlvr.sources import ModelSource, resolve_model, run_start
-from rlvr.stages.evaluate import EvalResult, evaluate, headline, num_batches, write_eval
+from rlvr.stages.evaluate import EvalResult, evaluate, headline, key_figures, num_batches, write_eval
 from rlvr.stages.sft import SFTProgress, sft_train
 from rlvr.tasks.arithmetic import make_splits, sft_targets as arithmetic_sft_targets
 from rlvr.reward import answer_check, build_reward_terms, close_reward_terms, correctness_term
@@ -466,13 +466,13 @@ def _pct(levels: dict[str, float]) -> str:
 
 
 def summary_table(evals: dict[str, EvalResult], seconds: dict[str, float]) -> Table:
-    table = Table(title="held-out evaluation (greedy accuracy; sampled figures where eval.samples > 0)")
+    table = Table(title="held-out evaluation (greedy; pass@k and maj@k from eval.samples; all figures in summary.json)")
     table.add_column("stage")
     table.add_column("accuracy", justify="right")
     levels = sorted({k for e in evals.values() for k in e.by_level})
     for level in levels:
         table.add_column(f"level {level}", justify="right")
-    sampled = list(dict.fromkeys(name for e in evals.values() for name in e.sampled))
+    sampled = key_figures(name for e in evals.values() for name in e.sampled)
     for name in sampled:
         table.add_column(name, justify="right")
     table.add_column("shows work", justify="right")

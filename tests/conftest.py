@@ -31,3 +31,29 @@ def tiny_grpo(tmp_path):
         return records, model, before
 
     return train
+
+
+# A toy lab a tiny model learns in seconds (operands 0..3, 1-2 operators): after 150 SFT steps it
+# solves about one held-out problem in five, so sampled completions pass the real boxed_math
+# verifier often enough for rejection sampling, distillation and recipes to have data.
+SOLVABLE = [
+    "model.tiny.hidden_size=32", "model.tiny.num_layers=2", "model.tiny.intermediate_size=64", "model.tiny.num_heads=2",
+    "model.tiny.num_kv_heads=1", "task.num_train=300", "task.num_eval=20", "task.max_ops=2", "task.max_operand=3",
+    "eval.max_new_tokens=12", "rollout.max_new_tokens=12", "rollout.group_size=4", "rollout.prompts_per_step=4",
+    "train.micro_batch_size=8", "run.threads=1", "sft.steps=150", "sft.batch_size=16", "sft.lr=5e-3", "sft.worked_fraction=0.5",
+    "train.steps=4", "train.lr=1e-3", "train.warmup_steps=1", "eval.samples=4",
+]
+
+
+@pytest.fixture(scope="session")
+def solvable_run(tmp_path_factory):
+    """A finished lab run (SFT + 4 RL steps) on the SOLVABLE toy task."""
+    import json
+
+    from rlvr.config import load_config
+    from rlvr.metrics import Reporter
+    from rlvr.pipeline import run
+
+    run_dir = tmp_path_factory.mktemp("solvable") / "run"
+    run(load_config(overrides=SOLVABLE + [f"run.output_dir={json.dumps(str(run_dir))}"]), Reporter(enabled=False), "lab")
+    return run_dir

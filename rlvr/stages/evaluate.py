@@ -257,6 +257,19 @@ def write_eval(run_dir: Path, name: str, result: EvalResult) -> None:
         atomic_write_text(run_dir / f"eval_{name}_samples.jsonl", "".join(json.dumps(row) + "\n" for row in result.sampled_rows))
 
 
+def key_figures(names) -> list[str]:
+    """Of some sampled figures' names, the few a table shows: pass@1, and pass@k and maj@k at the largest k.
+
+    >>> key_figures(["pass@1", "pass@2", "pass@8", "maj@1", "maj@8", "mean@8"])
+    ['pass@1', 'pass@8', 'maj@8']
+    """
+    names = list(dict.fromkeys(names))
+    ks = [int(n.split("@")[1]) for n in names if n.startswith("pass@")]
+    if not ks:
+        return []
+    return list(dict.fromkeys(n for n in ("pass@1", f"pass@{max(ks)}", f"maj@{max(ks)}") if n in names))
+
+
 def headline(result: EvalResult) -> str:
     """One line: greedy accuracy with its interval, and the sampled figures."""
     def with_interval(name: str) -> str:

@@ -1,0 +1,214 @@
+"""`rlvr rft` and `rlvr distill`: a model's verified completions become a fresh model's SFT data.
+
+    rlvr rft runs/a                                  the RL policy's traces SFT the run's starting model
+    rlvr distill --teacher runs/a --student tiny:num_layers=1
+    rlvr distill --teacher runs/a --student path/to/small-model --kl-coef 0.5
+
+Both do the same three things in one directory (--out), each resumable:
+
+1. rejection sampling (`rlvr.stages.rejection`): rft.samples completions per training prompt
+   from the source (rft: the RL policy; distill: the teacher), the verified ones kept, deduplicated,
+   at most rft.max_per_prompt per prompt -> traces.jsonl, held_out.jsonl, traces_report.json;
+2. SFT of a fresh model on traces.jsonl, through the same pipeline as `rlvr train` (config.toml,
+   sft_metrics.jsonl, eval_after_sft*.jsonl, model/, summary.json in --out). rft's fresh model is
+   the source run's *starting* model, not its policy (DeepSeek-R1's stage 3 fine-tunes the base
+   model); distill's is the student. With distill.kl_coef > 0 the student also matches the
+   teacher's distribution at every trace token;
+3. the source, and for rft the model RL started from, evaluated on the same held-out problems
+   with the same settings, and the side-by-side report rft_report.json.
+
+No survivor at all stops with the count (exit 1); nothing is trained on an empty set.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+
+from rich.table import Table
+
+from rlvr.checkpoint import STAGE_PREFIX, is_complete
+from rlvr.commands.evaluate import eval_config, evaluate_source
+from rlvr.config import Config, ConfigError, atomic_write_text, with_overrides
+from rlvr.errors import RunStopped
+from rlvr.metrics import Reporter
+from rlvr.models import resolve_device, save_pretrained
+from rlvr.reward import build_reward_terms, close_reward_terms, correctness_term
+from rlvr.sources import ModelSource, resolve_model
+from rlvr.stages.evaluate import EvalResult, key_figures, write_eval
+from rlvr.stages.rejection import choose_prompts, rejection_sample
+
+TRACES, HELD_OUT, TRACES_REPORT = "traces.jsonl", "held_out.jsonl", "traces_report.json"
+
+
+class NoSurvivors(RunStopped):
+    """Rejection sampling kept nothing: there is no data to fine-tune on."""
+
+
+def run_rft(source_spec: str, overrides: list[str], reporter: Reporter, *, base: str | None = None, out: str | None = None) -> dict:
+    """Rejection-sampling fine-tuning: the source's verified traces SFT a fresh copy of `base`
+    (default: the source run's starting model)."""
+    source = resolve_model(source_spec, "rft source")
+    cfg = eval_config(source, None, overrides)
+    if base is None:
+        if source.run_dir is None or source.run_config is None:
+            raise ConfigError(f"--base: {source_spec} is a model, not a run, so it has no starting model; name the model to fine-tune with --base")
+        base = f"{source.run_dir}@start"
+    out_dir = _out_dir(out, "rft")
+    fresh = _model_path(resolve_model(base, "--base"), out_dir / "base")
+    return _traces_then_sft("rft", source, cfg, out_dir, [f"model.path={json.dumps(fresh)}"], reporter, base)
+
+
+def run_distill(teacher_spec: str, student: str, overrides: list[str], reporter: Reporter, *, out: str | None = None) -> dict:
+    """Distillation: the teacher's verified traces SFT the student (a model, or `tiny[:key=value,...]`,
+    a fresh tiny model of that shape), with the token-level KL term when distill.kl_coef > 0."""
+    teacher = resolve_model(teacher_spec, "--teacher")
+    out_dir = _out_dir(out, "distill")
+    if student == "tiny" or student.startswith("tiny:"):
+        shape = [f"model.tiny.{item.strip()}" for item in student[5:].split(",") if item.strip()]
+        student_settings = ['model.path=""', *shape]
+    else:
+        student_settings = [f"model.path={json.dumps(_model_path(resolve_model(student, '--student'), out_dir / 'student'))}"]
+    cfg = eval_config(teacher, None, [f"distill.teacher={json.dumps(teacher_spec)}", *overrides])
+    return _traces_then_sft("distill", teacher, cfg, out_dir, student_settings, reporter, student)
+
+
+def _out_dir(out: str | None, command: str) -> Path:
+    out_dir = Path(out or f"runs/{command}-{datetime.now():%Y%m%d-%H%M%S}")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(f"--out: {out_dir} is a file, not a directory")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return out_dir
+
+
+def _model_path(source: ModelSource, where: Path) -> str:
+    """A directory (or hub id) the SFT run can load as model.path: checkpoint weights are written out once."""
+    if source.checkpoint is None:
+        return source.skeleton
+    if not (where / "config.json").is_file():
+        model, tokenizer = source.load()
+        tmp = where.with_name(f".{where.name}.tmp")
+        save_pretrained(model, tokenizer, tmp)
+        tmp.replace(where)
+    return str(where)
+
+
+def _traces_then_sft(kind: str, source: ModelSource, cfg: Config, out_dir: Path, model_settings: list[str], reporter: Reporter,
+                     fresh_spec: str) -> dict:
+    from rlvr.pipeline import load_splits, run as run_pipeline
+
+    train, held_out = load_splits(cfg)
+    terms = build_reward_terms(cfg.reward)
+    try:
+        report = _traces(source, cfg, train, held_out, out_dir, terms, reporter)
+        sft_cfg = _sft_config(cfg, out_dir, model_settings)
+        resume = (out_dir / "config.toml").is_file()
+        summary = run_pipeline(sft_cfg, reporter, kind, resume=resume)
+        evals = {"fresh": summary["eval"]["after_sft"]}
+        compared = [("source", source)]
+        if kind == "rft" and source.run_dir is not None:
+            start = _rl_start(source)
+            if start is not None:
+                compared.insert(0, ("rl_start", start))
+        results: dict[str, EvalResult] = {}
+        for label, model_source in compared:  # the same problems, settings and seed as the fresh model's evaluation
+            results[label] = evaluate_source(model_source, sft_cfg, held_out, terms, reporter, label)
+            write_eval(out_dir, label, results[label])
+        evals.update({label: r.summary() for label, r in results.items()})
+    finally:
+        close_reward_terms(terms)
+    names = {"rl_start": "RL start", "source": "RL policy" if kind == "rft" else "teacher", "fresh": f"{kind.upper()} model"}
+    sources = {label: s.description for label, s in compared}
+    sources["fresh"] = f"{fresh_spec} SFT'd on {report['kept']} verified traces ({out_dir / 'model'})"
+    final = {"kind": kind, "traces": report, "models": {label: {"name": names[label], "source": sources[label], **evals[label]}
+                                                     for label in [*(lbl for lbl, _ in compared), "fresh"]}}
+    atomic_write_text(out_dir / f"{kind}_report.json", json.dumps(final, indent=2) + "\n")
+    reporter.print(traces_table(report))
+    reporter.print(models_table(final["models"]))
+    return final
+
+
+def _traces(source: ModelSource, cfg: Config, train, held_out, out_dir: Path, terms, reporter: Reporter) -> dict:
+    """traces.jsonl and held_out.jsonl (written once; a rerun reuses them if made with the same settings)."""
+    settings = {"source": source.spec, "rft": dict(cfg.rft.__dict__), "max_new_tokens": cfg.rollout.max_new_tokens, "seed": cfg.run.seed}
+    done = out_dir / TRACES_REPORT
+    if done.is_file():
+        report = json.loads(done.read_text())
+        if report.get("settings") != settings:
+            raise ConfigError(f"--out: {out_dir} holds traces made with other settings ({report.get('settings')}); choose another --out")
+        reporter.print(f"reusing {report['kept']} traces in {out_dir / TRACES}")
+        return report
+    from rlvr.pipeline import configure_cpu_math, forward_precision
+
+    configure_cpu_math()
+    device = resolve_device(cfg.run.device)
+    model, tokenizer = source.load(cfg.run.dtype, str(device))
+    prompts = choose_prompts(train, cfg.rft.prompts, cfg.run.seed)
+    total = -(-len(prompts) // max(1, cfg.rft.batch_size // cfg.rft.samples))
+    with forward_precision(cfg, device), reporter.phase("sample", total) as bar:
+        traces = rejection_sample(model, tokenizer, prompts, cfg.data, cfg.rft, cfg.rollout.max_new_tokens, correctness_term(terms), bar,
+                                  source=source.spec, seed=cfg.run.seed, engine=cfg.rollout.engine)
+    report = {**traces.report, "settings": settings}
+    if not traces.rows:
+        raise NoSurvivors(
+            f"{source.description}: no verified completion among {report['sampled']} sampled ({report['samples_per_prompt']} for each of "
+            f"{report['prompts']} prompts; {report['verified']} verified, {report['verified_but_cut']} of them cut at max_new_tokens): "
+            "nothing to fine-tune on. Sample more (rft.samples), at another temperature, or from a stronger model"
+        )
+    atomic_write_text(out_dir / TRACES, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in traces.rows))
+    atomic_write_text(out_dir / HELD_OUT, "".join(json.dumps(_held_out_row(e, cfg), ensure_ascii=False) + "\n" for e in held_out))
+    atomic_write_text(done, json.dumps(report, indent=2) + "\n")  # last: its presence means the traces are complete
+    return report
+
+
+def _held_out_row(e, cfg: Config) -> dict:
+    row = dict(e.info) if isinstance(e.info, dict) else {}
+    row.update({cfg.data.prompt_field: e.prompt, cfg.data.answer_field: e.answer})
+    if e.level is not None:
+        row[cfg.data.level_field] = e.level
+    row.pop(cfg.data.solution_field, None)
+    return row
+
+
+def _sft_config(cfg: Config, out_dir: Path, model_settings: list[str]) -> Config:
+    """The SFT run: the same settings, trained on the traces, evaluated on the same held-out problems, no RL."""
+    if cfg.sft.steps == 0:
+        raise ConfigError("sft.steps: is 0, but fine-tuning on the verified traces is what this command does; give sft.steps > 0")
+    paths = [f"data.train_path={json.dumps(str(out_dir / TRACES))}", f"data.eval_path={json.dumps(str(out_dir / HELD_OUT))}",
+             f"run.output_dir={json.dumps(str(out_dir))}"]
+    # several traces of one problem share its id; the traces train SFT only
+    return with_overrides(cfg, ["data.source=jsonl", *paths, 'data.id_field=""', "train.steps=0", *model_settings])
+
+
+def _rl_start(source: ModelSource) -> ModelSource | None:
+    """The model a run's RL started from: after its cold-start SFT, else its starting model."""
+    assert source.run_dir is not None and source.run_config is not None
+    if is_complete(source.run_dir / "checkpoints" / f"{STAGE_PREFIX}sft"):
+        return resolve_model(f"{source.run_dir}@sft")
+    return resolve_model(f"{source.run_dir}@start") if source.run_config.train.steps else None
+
+
+def traces_table(report: dict) -> Table:
+    table = Table(title=f"rejection sampling: {report['samples_per_prompt']} samples per prompt from {report['source']}")
+    for column in ("level", "prompts", "sampled", "verified", "distinct", "kept", "no survivor"):
+        table.add_column(column, justify="right")
+    rows = [(level, c) for level, c in report["by_level"].items()] + [("all", report)]
+    for level, c in rows:
+        table.add_row(level, str(c["prompts"]), str(c["sampled"]), f"{c['verified']} ({c['verified'] / max(c['sampled'], 1):.0%})",
+                      str(c["distinct_verified"]), str(c["kept"]), str(c["prompts_without_survivor"]))
+    return table
+
+
+def models_table(models: dict[str, dict]) -> Table:
+    table = Table(title="held-out evaluation, same problems and settings")
+    table.add_column("model")
+    table.add_column("greedy", justify="right")
+    figures = key_figures(name for m in models.values() for name in m["sampled"])
+    for name in figures:
+        table.add_column(name, justify="right")
+    table.add_column("mean length", justify="right")
+    for m in models.values():
+        table.add_row(m["name"], f"{m['accuracy']:.1%}", *["n/a" if m["sampled"].get(n) is None else f"{m['sampled'][n]:.1%}" for n in figures],
+                      f"{m['mean_length']:.1f}")
+    return table

@@ -1,0 +1,131 @@
+"""Rejection sampling: k completions per training prompt, the verified ones kept as SFT data.
+
+Stage 3 of DeepSeek-R1 (and RFT, Yuan et al. 2023, "Scaling Relationship on Learning
+Mathematical Reasoning with Large Language Models"): sample from a strong model, keep what the
+verifier accepts, and fine-tune a fresh model on it. Yuan et al. find that the gain grows with
+the number of *distinct* correct reasoning paths per problem, so survivors are deduplicated
+(identical texts are one path) and at most `rft.max_per_prompt` are kept per prompt, the
+shortest or a seeded random choice. Distillation (`rlvr distill`) makes its data the same way
+from a teacher.
+
+A completion survives when the correctness verdict is full marks (1.0) and it ended on its own
+(a verified completion cut at max_new_tokens never learned to stop; it is counted, not kept).
+Each kept row is the problem's data row with the completion as its solution, plus where it came
+from, so the rows load back through the same DataConfig as the problems did.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from dataclasses import dataclass
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from rlvr.config import DataConfig, RFTConfig
+from rlvr.data import Example, chat_prompts, format_prompt
+from rlvr.metrics import PhaseBar
+from rlvr.reward import RewardTerm
+from rlvr.rollout import completion_id_lists, decode_completions, encode_prompts, generate
+
+
+@dataclass
+class Traces:
+    rows: list[dict]  # the kept completions as data rows (DataConfig's field names)
+    report: dict  # counts overall and per level, and the prompts no completion survived for
+
+
+def choose_prompts(examples: list[Example], how_many: int, seed: int) -> list[Example]:
+    """`how_many` training problems (all when 0), a seeded choice in their original order."""
+    if not how_many or how_many >= len(examples):
+        return list(examples)
+    picked = sorted(random.Random(f"rft-prompts:{seed}").sample(range(len(examples)), how_many))
+    return [examples[i] for i in picked]
+
+
+def select_survivors(candidates: list[tuple[int, str, int]], m: int, how: str, rng: random.Random) -> list[tuple[int, str, int]]:
+    """At most m distinct (sample index, text, tokens) of one prompt's verified completions: the
+    first of identical texts stands for them all; then the m shortest (ties: sampling order) or a
+    random m, returned in sampling order.
+
+    >>> select_survivors([(0, "a+b", 3), (1, "ab", 2), (2, "ab", 2), (3, "abcd", 4)], 2, "shortest", random.Random(0))
+    [(0, 'a+b', 3), (1, 'ab', 2)]
+    """
+    distinct = list({text.strip(): (i, text, n) for i, text, n in reversed(candidates)}.values())[::-1]
+    if len(distinct) > m:
+        distinct = sorted(distinct, key=lambda c: (c[2], c[0]))[:m] if how == "shortest" else rng.sample(distinct, m)
+    return sorted(distinct)
+
+
+@torch.no_grad()
+def rejection_sample(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    examples: list[Example],
+    data_cfg: DataConfig,
+    cfg: RFTConfig,
+    max_new_tokens: int,
+    correctness: RewardTerm,
+    bar: PhaseBar,
+    *,
+    source: str,
+    seed: int,
+    engine: str = "auto",
+) -> Traces:
+    """Sample cfg.samples completions of every example, judge them with the correctness term, and
+    keep the survivors (see the module docstring). `source` names the model in every row."""
+    device = next(model.parameters()).device
+    generator = torch.Generator(device=device).manual_seed(seed)
+    pick = random.Random(f"rft-select:{seed}")
+    k, per_batch = cfg.samples, max(1, cfg.batch_size // cfg.samples)
+    prompts = [format_prompt(tokenizer, e.prompt, data_cfg) for e in examples]
+    order = sorted(range(len(examples)), key=lambda i: len(prompts[i]))  # similar lengths decode together
+    counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    kept: dict[int, list[dict]] = {}
+    for start in range(0, len(order), per_batch):
+        rows = order[start : start + per_batch]
+        batch = [examples[i] for i in rows]
+        ids, mask = encode_prompts(tokenizer, [prompts[i] for i in rows], device)
+        out = generate(model, ids, mask, max_new_tokens=max_new_tokens, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
+                       temperature=cfg.temperature, top_p=cfg.top_p, generator=generator, group_size=k, engine=engine)
+        texts, lengths, truncated = decode_completions(tokenizer, out), out.lengths_B.tolist(), out.truncated_B.tolist()
+        per_row = [e for e in batch for _ in range(k)]
+        verdicts = correctness.score([prompts[i] for i in rows for _ in range(k)], texts, per_row, lengths,
+                                     prompt_messages=chat_prompts(tokenizer, per_row, data_cfg), completion_ids=completion_id_lists(out)).values
+        for j, (row, e) in enumerate(zip(rows, batch)):
+            level = "all" if e.level is None else str(e.level)
+            span = range(j * k, (j + 1) * k)
+            verified = [s - j * k for s in span if verdicts[s] == 1.0]
+            ended = [s for s in verified if not truncated[j * k + s]]
+            chosen = select_survivors([(s, texts[j * k + s], lengths[j * k + s]) for s in ended], cfg.max_per_prompt, cfg.select, pick)
+            for tally in (counts[level], counts["total"]):
+                tally["prompts"] += 1
+                tally["sampled"] += k
+                tally["verified"] += len(verified)
+                tally["verified_but_cut"] += len(verified) - len(ended)
+                tally["distinct_verified"] += len({texts[j * k + s].strip() for s in ended})
+                tally["kept"] += len(chosen)
+                tally["prompts_without_survivor"] += not chosen
+            kept[row] = [_as_row(e, data_cfg, text, n, s, source) for s, text, n in chosen]
+        bar.advance()
+    no_survivor = [examples[i].prompt for i in range(len(examples)) if not kept.get(i)]
+    total = dict(counts.pop("total", {}))
+    report = {
+        "source": source, "samples_per_prompt": k, "max_per_prompt": cfg.max_per_prompt, "select": cfg.select,
+        "temperature": cfg.temperature, "top_p": cfg.top_p, "max_new_tokens": max_new_tokens, "seed": seed,
+        **{name: total.get(name, 0) for name in ("prompts", "sampled", "verified", "verified_but_cut", "distinct_verified", "kept", "prompts_without_survivor")},
+        "by_level": {level: dict(c) for level, c in sorted(counts.items()) if level != "all"},
+        "prompts_without_survivor_first": no_survivor[:20],
+    }
+    return Traces([r for i in range(len(examples)) for r in kept.get(i, [])], report)
+
+
+def _as_row(e: Example, cfg: DataConfig, completion: str, tokens: int, sample: int, source: str) -> dict:
+    """The problem's own data row with the completion as its solution (loads back with `cfg`)."""
+    row = {k: v for k, v in e.info.items()} if isinstance(e.info, dict) else {}
+    row.update({cfg.prompt_field: e.prompt, cfg.answer_field: e.answer, cfg.solution_field: completion})
+    if e.level is not None:
+        row[cfg.level_field] = e.level
+    row.update({"source_model": source, "sample": sample, "completion_tokens": tokens})
+    return row
