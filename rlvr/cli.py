@@ -1,4 +1,4 @@
-"""The `rlvr` command: lab | train | eval | rft | distill | export | config | audit-reward.
+"""The `rlvr` command: lab | train | eval | rft | distill | recipe | export | config | audit-reward.
 
     rlvr lab                           the built-in CPU lab with its defaults
     rlvr lab algo.beta=0.04            ... with any field overridden by dotted key
@@ -9,6 +9,7 @@
     rlvr eval RUN_DIR --compare RUN_DIR@sft   pass@k / maj@k of the policy beside its start
     rlvr rft RUN_DIR                   the policy's verified traces fine-tune the run's starting model
     rlvr distill --teacher RUN_DIR --student tiny:num_layers=1   ... or a smaller student
+    rlvr recipe recipes/r1.toml        stages (sft, rl, rft, distill, eval) in order; --resume DIR continues
     rlvr config                        every field with its default and meaning
     rlvr audit-reward mypkg.rewards:fn  probe a reward function for known reward hacks
 
@@ -245,6 +246,26 @@ def distill(
     flags = _rft_flags(samples, max_per_prompt, select, prompts) + ([f"distill.kl_coef={kl_coef}"] if kl_coef is not None else [])
     with exit_codes():
         run_distill(teacher, student, [*(overrides or []), *flags], Reporter(console, enabled=not quiet), out=out)
+
+
+@app.command()
+def recipe(
+    file: Optional[str] = typer.Argument(None, help="A recipe TOML: [defaults] and [[stage]] tables (e.g. recipes/r1.toml); omit with --resume."),
+    overrides: Optional[list[str]] = typer.Argument(None, help="key=value for every stage, <stage>.key=value for one (see `rlvr config`).",
+                                                    show_default=False),
+    out: Optional[str] = typer.Option(None, help="Output directory (default: runs/recipe-<name>-<time>)."),
+    resume: Optional[str] = typer.Option(None, "--resume", help="Continue the recipe in this directory: done stages are skipped, the next resumes.",
+                                         show_default=False),
+    quiet: bool = typer.Option(False, help="No progress bars."),
+) -> None:
+    """Run a multi-stage recipe (sft, rl, rft, distill, eval), each stage's model feeding the next; resumable; one table."""
+    from rlvr.commands.recipe import run_recipe
+    from rlvr.metrics import Reporter
+
+    if resume and file and "=" in file:  # `rlvr recipe --resume DIR key=value`: the first override lands in FILE
+        overrides, file = [file, *(overrides or [])], None
+    with exit_codes():
+        run_recipe(file, overrides or [], Reporter(console, enabled=not quiet), out=out, resume=resume)
 
 
 @app.command("config")

@@ -318,7 +318,7 @@ class CheckpointConfig:
 @dataclass
 class RFTConfig:
     samples: int = knob(8, "k: completions sampled per training prompt by `rlvr rft` and `rlvr distill` (rejection sampling).")
-    prompts: int = knob(0, "Training prompts to sample from (a seeded choice); 0 = all of them.")
+    prompts: int = knob(0, "Distinct training prompts to sample from (a seeded choice); 0 = all of them (each distinct prompt once).")
     max_per_prompt: int = knob(4, "m: at most this many distinct verified completions kept per prompt (Yuan et al. 2023: distinct paths are what helps).")
     select: Literal["shortest", "random"] = knob(
         "shortest", "Which of a prompt's distinct verified completions are kept when there are more than m: the shortest "
@@ -710,7 +710,7 @@ def preset_names() -> list[str]:
     return sorted(p.stem for p in PRESET_DIR.glob("*.toml"))
 
 
-def _read_toml(path: str | os.PathLike, what: str) -> dict[str, Any]:
+def read_toml(path: str | os.PathLike, what: str) -> dict[str, Any]:
     try:
         with open(path, "rb") as fh:
             return tomllib.load(fh)
@@ -727,22 +727,29 @@ def _preset_table(preset: str) -> dict[str, Any]:
         if not preset.endswith(".toml"):
             raise ConfigError(f"algo.preset: unknown preset {preset!r} (named presets: {', '.join(preset_names())}; or a path to a .toml file)")
         path = Path(preset)
-    table = _read_toml(path, "preset file")
+    table = read_toml(path, "preset file")
     if "preset" in table.get("algo", {}):
         raise ConfigError(f"{path}: a preset cannot name another preset (algo.preset)")
     return table
 
 
-def load_config(path: str | os.PathLike | None = None, overrides: list[str] | None = None, for_training: bool = True) -> Config:
-    """Defaults <- preset <- TOML file <- dotted overrides, then validate (`Config.validate`).
+def load_config(
+    path: str | os.PathLike | None = None,
+    overrides: list[str] | None = None,
+    for_training: bool = True,
+    tables: list[tuple[str, dict[str, Any]]] | None = None,
+) -> Config:
+    """Defaults <- preset <- TOML file <- `tables` <- dotted overrides, then validate (`Config.validate`).
 
-    A preset (`algo.preset`, in the file or on the command line; the last one given wins) is
-    applied under everything else, so any setting, before or after it, refines it.
-    Raises ConfigError naming the field.
+    `tables` are more layers of nested settings, each with where it came from for error messages
+    (a recipe's defaults and a stage's settings). A preset (`algo.preset`, in any layer; the last
+    one given wins) is applied under everything else, so any setting, before or after it, refines
+    it. Raises ConfigError naming the field.
     """
     layers: list[tuple[str, dict[str, Any]]] = []  # (where it came from, nested table)
     if path is not None:
-        layers.append((f"{path}: ", _read_toml(path, "config file")))
+        layers.append((f"{path}: ", read_toml(path, "config file")))
+    layers.extend(tables or [])
     probe = Config()
     for text in overrides or []:
         keys, value = _parse_override(text)

@@ -74,7 +74,7 @@ from rlvr.sources import ModelSource, resolve_model, run_start
 from rlvr.stages.evaluate import EvalResult, evaluate, headline, key_figures, num_batches, write_eval
 from rlvr.stages.sft import SFTProgress, sft_train
 from rlvr.tasks.arithmetic import make_splits, sft_targets as arithmetic_sft_targets
-from rlvr.reward import answer_check, build_reward_terms, close_reward_terms, correctness_term
+from rlvr.reward import answer_check, build_reward_terms, close_reward_terms, correctness_term, other_terms
 
 
 def prepare_run_dir(cfg: Config, command: str, resume: bool) -> tuple[Path, bool]:
@@ -305,7 +305,7 @@ def eval_stage(name: str, ctx: RunContext) -> None:
     fault_point(f"eval_{name}")
     with ctx.reporter.phase(f"eval:{name}", num_batches(len(held_out), cfg.eval)) as bar:
         result = ctx.timed(f"eval_{name}", lambda: evaluate(ctx.model, ctx.tokenizer, held_out, cfg.data, cfg.eval, correctness_term(ctx.reward_terms),
-                                                            bar, engine=cfg.rollout.engine, seed=cfg.run.seed))
+                                                            bar, engine=cfg.rollout.engine, seed=cfg.run.seed, others=other_terms(ctx.reward_terms)))
     write_eval(ctx.run_dir, name, result)
     ctx.evals[name] = result
     ctx.reporter.print(f"held-out {name}: {headline(result)}  by level {_pct(result.by_level)}  "
@@ -316,8 +316,9 @@ def held_out_figures(ctx: RunContext, model) -> dict[str, float | None]:
     """The held-out figures RL logs every eval.every steps (eval/accuracy, eval/pass@k, ...)."""
     cfg = ctx.cfg
     result = evaluate(model, ctx.tokenizer, ctx.held_out, cfg.data, cfg.eval, correctness_term(ctx.reward_terms), PhaseBar(None, None),
-                      engine=cfg.rollout.engine, seed=cfg.run.seed)
-    return {"eval/accuracy": result.accuracy, **{f"eval/{name}": value for name, value in result.sampled.items()}}
+                      engine=cfg.rollout.engine, seed=cfg.run.seed, others=other_terms(ctx.reward_terms))
+    return {"eval/accuracy": result.accuracy, **{f"eval/{name}": value for name, value in result.sampled.items()},
+            **{f"eval/{name}": value["greedy"] for name, value in result.terms.items()}}
 
 
 def rl_stage(ctx: RunContext) -> None:

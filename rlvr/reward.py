@@ -162,6 +162,12 @@ def correctness_term(terms: list[RewardTerm]) -> RewardTerm:
     return next((t for t in terms if t.correctness), terms[0])
 
 
+def other_terms(terms: list[RewardTerm]) -> list[RewardTerm]:
+    """Every term but the correctness term (evaluation reports their means beside accuracy)."""
+    judge = correctness_term(terms)
+    return [t for t in terms if t is not judge]
+
+
 def answer_check(cfg: RewardConfig) -> Callable[[str], bool | str] | None:
     """The gold-answer check data loading applies (`rlvr.data.read_jsonl`'s `answer_ok`), or None.
 

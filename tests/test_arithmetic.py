@@ -225,3 +225,53 @@ def test_answers_correct_with_larger_operands_and_longer_expressions():
     assert any(int(e.answer) < 0 for e in train + held)  # subtraction makes negatives
     for e in train + held:
         check_example(e, cfg.prompt_template, verifier)
+
+
+# ----------------------------------------------------------------------------- the worked_steps process reward
+
+
+def test_every_worked_solution_of_the_task_earns_the_process_reward(small_splits):
+    from rlvr.tasks.arithmetic import worked_steps
+
+    train, held = small_splits
+    cfg = TaskConfig(min_ops=3, max_ops=5, max_operand=30, num_train=60, num_eval=30)
+    for e in held + train[:200] + sum(make_splits(cfg, seed=2), []):
+        assert worked_steps(e.solution, e.answer, e.info["expr"]) == 1.0, e.solution
+
+
+@pytest.mark.parametrize(
+    "completion, why",
+    [
+        ("\\boxed{-41}", "a bare answer shows no working"),
+        ("9-56+6=-41\n\\boxed{-41}", "two operations in one step"),
+        ("9-56+6=-46+6=-41\n\\boxed{-41}", "a wrong intermediate step, right final answer"),
+        ("9-56+6=-47+6=-40\n\\boxed{-41}", "the working ends on another value than the box"),
+        ("9-8*7+6=9-56+6=-47+6=-41\n\\boxed{-41}", "an echo of the prompt is not a step"),
+        ("9-56+6=-47+6=-41=-41\n\\boxed{-41}", "working past the value"),
+        ("9-56+6=-47+6=-41\n\\boxed{-41} or \\boxed{-40}", "text after the box"),
+        ("9-56+6=-47+6=-41\n\\boxed{-40}\\boxed{-41}", "a hedge before the last box"),
+        ("9-56+6=-47+6=-41 \\boxed{-41}", "the working does not end its line"),
+        ("9-56+6=\n-47+6=-41\n\\boxed{-41}", "a line break inside the working"),
+        ("9 - 56 + 6 = -47 + 6 = -41\n\\boxed{-41}", "spaced rewrites are not the task's expressions"),
+        ("-47+6=-41\n\\boxed{-41}", "a skipped first step"),
+        ("", "nothing"),
+    ],
+)
+def test_the_process_reward_refuses_working_that_is_not_exactly_right(completion, why):
+    from rlvr.tasks.arithmetic import worked_steps
+
+    assert worked_steps("9-56+6=-47+6=-41\n\\boxed{-41}", "-41", "9-8*7+6") == 1.0
+    assert worked_steps(completion, "-41", "9-8*7+6") == 0.0, why
+
+
+def test_the_process_reward_never_raises_on_any_text():
+    from hypothesis import given, settings, strategies as st
+
+    from rlvr.tasks.arithmetic import worked_steps
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.text(alphabet="0123456789+-*=\n\\boxed{} ", max_size=40), st.sampled_from(["3+4*2", "7-9", "2*0-5+1"]))
+    def never_raises(completion, expr):
+        assert worked_steps(completion, "11", expr) in (0.0, 1.0)
+
+    never_raises()

@@ -44,3 +44,17 @@ def test_malformed_scores_zero(completion: object) -> None:
 def test_registered_and_ignores_the_answer() -> None:
     verifier = get_verifier("think_format")
     assert verifier("<think>a</think> 5", "4") == 1.0  # form only, never correctness
+
+
+# ----------------------------------------------------------------------------- brevity
+
+
+def test_brevity_pays_only_right_answers_and_shorter_ones_more() -> None:
+    from rlvr.verifiers import brevity
+
+    worked, bare, long = "7+6=13\n\\boxed{13}", "\\boxed{13}", "Let me think. " * 20 + "\\boxed{13}"
+    assert brevity(bare, "13") > brevity(worked, "13") > brevity(long, "13") > 0.0  # a long honest answer still scores
+    assert brevity(bare, "13") == pytest.approx(64 / (64 + len(bare)))
+    for wrong in ("\\boxed{12}", "", "13", "\\boxed{13} or \\boxed{12}", None):
+        assert brevity(wrong, "13") == 0.0  # type: ignore[arg-type]  # wrong, unboxed, hedged: nothing, however short
+    assert get_verifier("brevity") is brevity and max(brevity("\\boxed{1}", "1", budget=b) for b in (1, 64, 10**6)) <= 1.0

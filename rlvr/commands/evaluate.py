@@ -23,7 +23,7 @@ from rlvr.config import Config, ConfigError, atomic_write_text, load_config
 from rlvr.data import Example, read_jsonl
 from rlvr.metrics import Reporter, plot_pass_at_k
 from rlvr.models import resolve_device
-from rlvr.reward import answer_check, build_reward_terms, close_reward_terms, correctness_term
+from rlvr.reward import answer_check, build_reward_terms, close_reward_terms, correctness_term, other_terms
 from rlvr.sources import ModelSource, resolve_model
 from rlvr.stages.evaluate import EvalResult, evaluate, num_batches, write_eval
 
@@ -61,7 +61,8 @@ def evaluate_source(source: ModelSource, cfg: Config, problems: list[Example], t
     device = resolve_device(cfg.run.device)
     model, tokenizer = source.load(cfg.run.dtype, str(device))
     with forward_precision(cfg, device), reporter.phase(f"eval:{label}", num_batches(len(problems), cfg.eval)) as bar:
-        return evaluate(model, tokenizer, problems, cfg.data, cfg.eval, correctness_term(terms), bar, engine=cfg.rollout.engine, seed=cfg.run.seed)
+        return evaluate(model, tokenizer, problems, cfg.data, cfg.eval, correctness_term(terms), bar, engine=cfg.rollout.engine, seed=cfg.run.seed,
+                        others=other_terms(terms))
 
 
 def run_eval(spec: str, overrides: list[str], reporter: Reporter, *, config_path: str | None = None, data: str | None = None,
@@ -107,7 +108,9 @@ def run_eval(spec: str, overrides: list[str], reporter: Reporter, *, config_path
 
 
 def correctness_name(cfg: Config) -> str:
-    return cfg.reward.correctness or cfg.reward.functions[0]
+    """The correctness term's metric name (reward/<name>): a registered name, or an import path's function name."""
+    spec = cfg.reward.correctness or cfg.reward.functions[0]
+    return spec.rpartition(":")[2].rpartition(".")[2].strip()
 
 
 def comparison_table(results: dict[str, EvalResult], sources: dict[str, ModelSource | None]) -> Table:
@@ -123,4 +126,25 @@ def comparison_table(results: dict[str, EvalResult], sources: dict[str, ModelSou
             value, interval = r.figure(name), r.intervals.get(name)
             cells.append("n/a" if value is None else f"{value:.1%}" + (f" [{interval[0]:.1%}, {interval[1]:.1%}]" if interval else ""))
         table.add_row("greedy accuracy" if name == "accuracy" else name, *cells)
+    for term in dict.fromkeys(t for r in results.values() for t in r.terms):
+        for where in ("greedy", "samples"):
+            values = [r.terms.get(term, {}).get(where) for r in results.values()]
+            if any(v is not None for v in values):
+                table.add_row(f"{term} ({where})", *["n/a" if v is None else f"{v:.3f}" for v in values])
     return table
+
+
+def evaluate_into(source: ModelSource, cfg: Config, data: str | None, out_dir: Path, reporter: Reporter) -> dict:
+    """Evaluate one model under cfg (on `data`, else the config's held-out split) into out_dir:
+    eval_model*.jsonl and summary.json; returns the evaluation's summary."""
+    problems, where = held_out_problems(cfg, data)
+    terms = build_reward_terms(cfg.reward)
+    try:
+        result = evaluate_source(source, cfg, problems, terms, reporter, "model")
+    finally:
+        close_reward_terms(terms)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_eval(out_dir, "model", result)
+    summary = {"problems": {"count": len(problems), "source": where}, "models": {"model": {"source": source.description, **result.summary()}}}
+    atomic_write_text(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+    return result.summary()

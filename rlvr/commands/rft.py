@@ -56,8 +56,8 @@ def run_rft(source_spec: str, overrides: list[str], reporter: Reporter, *, base:
             raise ConfigError(f"--base: {source_spec} is a model, not a run, so it has no starting model; name the model to fine-tune with --base")
         base = f"{source.run_dir}@start"
     out_dir = _out_dir(out, "rft")
-    fresh = _model_path(resolve_model(base, "--base"), out_dir / "base")
-    return _traces_then_sft("rft", source, cfg, out_dir, [f"model.path={json.dumps(fresh)}"], reporter, base)
+    fresh = loadable_path(resolve_model(base, "--base"), out_dir / "base")
+    return sft_on_traces("rft", source, cfg, out_dir, [f"model.path={json.dumps(fresh)}"], reporter, base)
 
 
 def run_distill(teacher_spec: str, student: str, overrides: list[str], reporter: Reporter, *, out: str | None = None) -> dict:
@@ -65,13 +65,17 @@ def run_distill(teacher_spec: str, student: str, overrides: list[str], reporter:
     a fresh tiny model of that shape), with the token-level KL term when distill.kl_coef > 0."""
     teacher = resolve_model(teacher_spec, "--teacher")
     out_dir = _out_dir(out, "distill")
-    if student == "tiny" or student.startswith("tiny:"):
-        shape = [f"model.tiny.{item.strip()}" for item in student[5:].split(",") if item.strip()]
-        student_settings = ['model.path=""', *shape]
-    else:
-        student_settings = [f"model.path={json.dumps(_model_path(resolve_model(student, '--student'), out_dir / 'student'))}"]
     cfg = eval_config(teacher, None, [f"distill.teacher={json.dumps(teacher_spec)}", *overrides])
-    return _traces_then_sft("distill", teacher, cfg, out_dir, student_settings, reporter, student)
+    return sft_on_traces("distill", teacher, cfg, out_dir, student_settings(student, out_dir / "student"), reporter, student)
+
+
+def student_settings(student: str, where: Path) -> list[str]:
+    """The overrides that make `student` the fresh model: `tiny[:key=value,...]` a new tiny model of
+    that shape (model.tiny.*), anything else a model or run point (written out to `where` if it is
+    a checkpoint)."""
+    if student == "tiny" or student.startswith("tiny:"):
+        return ['model.path=""', *(f"model.tiny.{item.strip()}" for item in student[5:].split(",") if item.strip())]
+    return [f"model.path={json.dumps(loadable_path(resolve_model(student, 'student'), where))}"]
 
 
 def _out_dir(out: str | None, command: str) -> Path:
@@ -82,7 +86,7 @@ def _out_dir(out: str | None, command: str) -> Path:
     return out_dir
 
 
-def _model_path(source: ModelSource, where: Path) -> str:
+def loadable_path(source: ModelSource, where: Path) -> str:
     """A directory (or hub id) the SFT run can load as model.path: checkpoint weights are written out once."""
     if source.checkpoint is None:
         return source.skeleton
@@ -94,8 +98,11 @@ def _model_path(source: ModelSource, where: Path) -> str:
     return str(where)
 
 
-def _traces_then_sft(kind: str, source: ModelSource, cfg: Config, out_dir: Path, model_settings: list[str], reporter: Reporter,
-                     fresh_spec: str) -> dict:
+def sft_on_traces(kind: str, source: ModelSource, cfg: Config, out_dir: Path, model_settings: list[str], reporter: Reporter,
+                  fresh_spec: str, compare: bool = True) -> dict:
+    """Rejection-sample `source` under cfg.rft, then SFT the fresh model that `model_settings`
+    name (model.path / model.tiny.*) on the traces in `out_dir`, and report; with `compare` the
+    source (and for rft the model RL started from) are evaluated beside it. Resumable in out_dir."""
     from rlvr.pipeline import load_splits, run as run_pipeline
 
     train, held_out = load_splits(cfg)
@@ -106,8 +113,8 @@ def _traces_then_sft(kind: str, source: ModelSource, cfg: Config, out_dir: Path,
         resume = (out_dir / "config.toml").is_file()
         summary = run_pipeline(sft_cfg, reporter, kind, resume=resume)
         evals = {"fresh": summary["eval"]["after_sft"]}
-        compared = [("source", source)]
-        if kind == "rft" and source.run_dir is not None:
+        compared = [("source", source)] if compare else []
+        if compare and kind == "rft" and source.run_dir is not None:
             start = _rl_start(source)
             if start is not None:
                 compared.insert(0, ("rl_start", start))

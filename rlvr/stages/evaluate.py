@@ -61,6 +61,7 @@ class EvalResult:
     sampled_by_level: dict[str, dict[str, float | None]] = field(default_factory=dict)
     intervals: dict[str, list[float]] = field(default_factory=dict)  # 95% bootstrap over problems: "accuracy" and each sampled figure
     sampled_mean_length: float | None = None
+    terms: dict[str, dict[str, float | None]] = field(default_factory=dict)  # other reward terms: mean over "greedy" / "samples"
     samples: list[dict] = field(default_factory=list)  # one greedy completion per problem, with its verdict
     sampled_rows: list[dict] = field(default_factory=list)  # every sampled completion, with its verdict and answer
 
@@ -91,28 +92,41 @@ def answer_key_fn(correctness: RewardTerm) -> tuple[Callable[[str], str | None],
 class _Decoded:
     texts: list[str]
     lengths: list[int]
-    verdicts: list[float | None]
+    verdicts: list[float | None]  # the correctness term's
+    terms: dict[str, list[float | None]]  # every other term's, by name
 
 
-def _decode_and_judge(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, examples: list[Example], prompts: list[str], data_cfg: DataConfig,
-    correctness: RewardTerm, *, max_new_tokens: int, group_size: int, generator: torch.Generator | None, temperature: float,
-    top_p: float, engine: str,
-) -> _Decoded:
-    """`group_size` completions of each prompt (greedy when there is no generator), judged."""
-    device = next(model.parameters()).device
-    ids, mask = encode_prompts(tokenizer, prompts, device)
-    out = generate(
-        model, ids, mask, max_new_tokens=max_new_tokens, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
-        greedy=generator is None, temperature=temperature, top_p=top_p, generator=generator, group_size=group_size, engine=engine,
-    )
-    per_row = [e for e in examples for _ in range(group_size)]
-    texts, lengths = decode_completions(tokenizer, out), out.lengths_B.tolist()
-    messages = chat_prompts(tokenizer, per_row, data_cfg)
-    verdicts = correctness.score(
-        [p for p in prompts for _ in range(group_size)], texts, per_row, lengths, prompt_messages=messages, completion_ids=completion_id_lists(out),
-    )
-    return _Decoded(texts, lengths, verdicts.values)
+class _Evaluation:
+    """What one `evaluate` call shares: the model, the problems in decoding order, the terms."""
+
+    def __init__(self, model, tokenizer, examples: list[Example], data_cfg: DataConfig, cfg: EvalConfig, correctness: RewardTerm,
+                 others: list[RewardTerm], bar: PhaseBar, engine: str) -> None:
+        self.model, self.tokenizer, self.examples, self.data_cfg, self.cfg = model, tokenizer, examples, data_cfg, cfg
+        self.correctness, self.others, self.bar, self.engine = correctness, others, bar, engine
+        self.device = next(model.parameters()).device
+        self.prompts = [format_prompt(tokenizer, e.prompt, data_cfg) for e in examples]
+        self.order = sorted(range(len(examples)), key=lambda i: len(self.prompts[i]))  # similar lengths decode together
+
+    def decode(self, rows: list[int], group_size: int, generator: torch.Generator | None) -> _Decoded:
+        """`group_size` completions of each of `rows` (greedy without a generator), judged by every term."""
+        cfg, tokenizer = self.cfg, self.tokenizer
+        ids, mask = encode_prompts(tokenizer, [self.prompts[i] for i in rows], self.device)
+        out = generate(
+            self.model, ids, mask, max_new_tokens=cfg.max_new_tokens, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
+            greedy=generator is None, temperature=cfg.temperature, top_p=cfg.top_p, generator=generator, group_size=group_size,
+            engine=self.engine,
+        )
+        per_row = [self.examples[i] for i in rows for _ in range(group_size)]
+        texts, lengths = decode_completions(tokenizer, out), out.lengths_B.tolist()
+        context = {"prompt_messages": chat_prompts(tokenizer, per_row, self.data_cfg), "completion_ids": completion_id_lists(out)}
+        prompts = [self.prompts[i] for i in rows for _ in range(group_size)]
+        scores = {t.name: t.score(prompts, texts, per_row, lengths, **context).values for t in [self.correctness, *self.others]}
+        self.bar.advance()
+        return _Decoded(texts, lengths, scores.pop(self.correctness.name), scores)
+
+    def batches(self, per_batch: int):
+        for start in range(0, len(self.order), per_batch):
+            yield self.order[start : start + per_batch]
 
 
 @torch.no_grad()
@@ -126,27 +140,25 @@ def evaluate(
     bar: PhaseBar,
     engine: str = "auto",
     seed: int = 0,
+    others: list[RewardTerm] | None = None,
 ) -> EvalResult:
     """Greedy completions of `examples` and, with cfg.samples = N, N sampled ones each, judged by
     the correctness term (`reward.correctness`: `rlvr.reward.correctness_term`). `seed` seeds the
-    sampling generator (the same seed gives every model the same random numbers)."""
+    sampling generator (the same seed gives every model the same random numbers). `others`: more
+    reward terms whose mean over the greedy and the sampled completions is reported (`terms`)."""
     if cfg.max_problems:
         examples = examples[: cfg.max_problems]
-    device = next(model.parameters()).device
-    prompts = [format_prompt(tokenizer, e.prompt, data_cfg) for e in examples]
-    # Decode similar lengths together: less padding, fewer wasted positions.
-    order = sorted(range(len(examples)), key=lambda i: len(prompts[i]))
+    run = _Evaluation(model, tokenizer, examples, data_cfg, cfg, correctness, list(others or []), bar, engine)
     greedy_verdicts: list[float | None] = [None] * len(examples)
     texts, lengths = [""] * len(examples), [0] * len(examples)
-    for start in range(0, len(order), cfg.batch_size):
-        rows = order[start : start + cfg.batch_size]
-        d = _decode_and_judge(model, tokenizer, [examples[i] for i in rows], [prompts[i] for i in rows], data_cfg, correctness,
-                              max_new_tokens=cfg.max_new_tokens, group_size=1, generator=None, temperature=1.0, top_p=1.0, engine=engine)
-        for row, text, length, verdict in zip(rows, d.texts, d.lengths, d.verdicts):
-            texts[row], lengths[row], greedy_verdicts[row] = text, length, verdict
-        bar.advance()
+    term_values: dict[str, list[float | None]] = {t.name: [None] * len(examples) for t in run.others}
+    for rows in run.batches(cfg.batch_size):
+        d = run.decode(rows, 1, None)
+        for j, row in enumerate(rows):
+            texts[row], lengths[row], greedy_verdicts[row] = d.texts[j], d.lengths[j], d.verdicts[j]
+            for name, values in d.terms.items():
+                term_values[name][row] = values[j]
     correct = [v or 0.0 for v in greedy_verdicts]
-    missing = sum(v is None for v in greedy_verdicts)
     n = max(len(examples), 1)
     result = EvalResult(
         accuracy=sum(correct) / n,
@@ -154,56 +166,53 @@ def evaluate(
         shows_work=sum(shows_work(t) for t in texts) / n,
         mean_length=sum(lengths) / n,
         num_problems=len(examples),
+        missing=sum(v is None for v in greedy_verdicts),
         samples=[
             {"prompt": e.prompt, "completion": t, "answer": e.answer, "reward": c, "level": e.level}
             for e, t, c in zip(examples, texts, correct)
         ],
+        terms={name: {"greedy": _present_mean(values)} for name, values in term_values.items()},
     )
+    for row, sample in enumerate(result.samples):
+        sample.update({name: values[row] for name, values in term_values.items()})
     columns: dict[str, list[float]] = {"accuracy": correct}
     if cfg.samples:
-        missing += _sample(model, tokenizer, examples, prompts, order, data_cfg, cfg, correctness, bar, engine, seed, device, result, columns)
-    result.missing = missing
+        _sample(run, seed, result, columns)
     result.intervals = {k: list(v) for k, v in bootstrap_intervals(columns, rounds=cfg.bootstrap_rounds, seed=seed).items()}
     return result
 
 
-def _sample(model, tokenizer, examples, prompts, order, data_cfg, cfg: EvalConfig, correctness, bar, engine, seed, device,
-            result: EvalResult, columns: dict[str, list[float]]) -> int:
-    """The N sampled completions of every problem and the figures computed from them (filled
-    into `result` and `columns`); returns the number of missing verdicts."""
+def _sample(run: _Evaluation, seed: int, result: EvalResult, columns: dict[str, list[float]]) -> None:
+    """The N sampled completions of every problem and the figures computed from them, filled into
+    `result` and `columns` (the per-problem values the intervals resample)."""
+    examples, cfg = run.examples, run.cfg
     N, ks = cfg.samples, cfg.ks()
-    generator = torch.Generator(device=device).manual_seed(seed)
-    key_of, declared = answer_key_fn(correctness)
-    verdicts: list[list[float | None]] = [[] for _ in examples]
+    generator = torch.Generator(device=run.device).manual_seed(seed)
+    key_of, declared = answer_key_fn(run.correctness)
     rows_out: list[list[dict]] = [[] for _ in examples]
-    per_batch = max(1, cfg.batch_size // N)
-    for start in range(0, len(order), per_batch):
-        rows = order[start : start + per_batch]
-        d = _decode_and_judge(model, tokenizer, [examples[i] for i in rows], [prompts[i] for i in rows], data_cfg, correctness,
-                              max_new_tokens=cfg.max_new_tokens, group_size=N, generator=generator, temperature=cfg.temperature,
-                              top_p=cfg.top_p, engine=engine)
+    for rows in run.batches(max(1, cfg.batch_size // N)):
+        d = run.decode(rows, N, generator)
         for j, row in enumerate(rows):
             for s in range(N):
-                text, length, verdict = d.texts[j * N + s], d.lengths[j * N + s], d.verdicts[j * N + s]
-                verdicts[row].append(verdict)
-                rows_out[row].append({"problem": row, "sample": s, "completion": text, "reward": verdict, "answer_key": key_of(text),
-                                      "length": length})
-        bar.advance()
+                i = j * N + s
+                rows_out[row].append({"problem": row, "sample": s, "completion": d.texts[i], "reward": d.verdicts[i],
+                                      "answer_key": key_of(d.texts[i]), "length": d.lengths[i],
+                                      **{name: values[i] for name, values in d.terms.items()}})
 
     per_problem: dict[str, list[float | None]] = defaultdict(list)
     any_key = False
-    for row, vs in enumerate(verdicts):
-        scores = [v or 0.0 for v in vs]
+    for rows in rows_out:
+        scores = [r["reward"] or 0.0 for r in rows]
         solved = sum(v == 1.0 for v in scores)
-        for k in ks:
-            per_problem[f"pass@{k}"].append(pass_at_k(N, solved, k))
         votes: dict[str, list[float]] = defaultdict(list)
-        for r, score in zip(rows_out[row], scores):
+        for r, score in zip(rows, scores):
             if r["answer_key"] is not None:
                 votes[r["answer_key"]].append(score)
         any_key = any_key or bool(votes)
         groups = [(len(v), sum(v) / len(v)) for v in votes.values()]
         unanswered = N - sum(len(v) for v in votes.values())
+        for k in ks:
+            per_problem[f"pass@{k}"].append(pass_at_k(N, solved, k))
         for k in ks:
             per_problem[f"maj@{k}"].append(maj_at_k(groups, unanswered, k))
         per_problem[f"mean@{N}"].append(sum(scores) / N)
@@ -216,11 +225,22 @@ def _sample(model, tokenizer, examples, prompts, order, data_cfg, cfg: EvalConfi
         level: {name: _mean([values[i] for i in idx]) for name, values in per_problem.items()} for level, idx in _level_rows(examples).items()
     }
     columns.update({name: values for name, values in per_problem.items() if None not in values})  # type: ignore[misc]
+    for term in run.others:  # each other term's mean over the samples, and per problem for its interval
+        per_problem_mean = [_present_mean([r[term.name] for r in rows]) for rows in rows_out]
+        result.terms[term.name]["samples"] = _present_mean([r[term.name] for rows in rows_out for r in rows])
+        if all(v is not None for v in per_problem_mean):
+            columns[f"{term.name} (samples)"] = per_problem_mean  # type: ignore[assignment]
     all_rows = [r for rows in rows_out for r in rows]
+    result.missing += sum(r["reward"] is None for r in all_rows)
     result.sampled_mean_length = sum(r["length"] for r in all_rows) / max(len(all_rows), 1)
     result.sampled_rows = [{"prompt": examples[r["problem"]].prompt, "answer": examples[r["problem"]].answer,
                             "level": examples[r["problem"]].level, **r} for r in all_rows]
-    return sum(v is None for vs in verdicts for v in vs)
+
+
+def _present_mean(values: list[float | None]) -> float | None:
+    """The mean of the values a term gave (None: it did not apply to that row), or None if none."""
+    present = [v for v in values if v is not None]
+    return sum(present) / len(present) if present else None
 
 
 def _mean(values: list[float | None]) -> float | None:
@@ -271,12 +291,14 @@ def key_figures(names) -> list[str]:
 
 
 def headline(result: EvalResult) -> str:
-    """One line: greedy accuracy with its interval, and the sampled figures."""
+    """One line: greedy accuracy with its interval, the key sampled figures, the other terms' means."""
     def with_interval(name: str) -> str:
         value, interval = result.figure(name), result.intervals.get(name)
         if value is None:
             return f"{name} n/a"
         return f"{name} {value:.1%}" + (f" [{interval[0]:.1%}, {interval[1]:.1%}]" if interval else "")
 
-    parts = [with_interval("accuracy")] + [with_interval(name) for name in result.sampled]
+    parts = [with_interval("accuracy")] + [with_interval(name) for name in key_figures(result.sampled)]
+    for term, means in result.terms.items():
+        parts += [f"{term} {where} {value:.3f}" for where, value in means.items() if value is not None]
     return "  ".join(parts)

@@ -37,11 +37,18 @@ class Traces:
 
 
 def choose_prompts(examples: list[Example], how_many: int, seed: int) -> list[Example]:
-    """`how_many` training problems (all when 0), a seeded choice in their original order."""
-    if not how_many or how_many >= len(examples):
-        return list(examples)
-    picked = sorted(random.Random(f"rft-prompts:{seed}").sample(range(len(examples)), how_many))
-    return [examples[i] for i in picked]
+    """`how_many` distinct training problems (all when 0), a seeded choice in their original order.
+
+    A training set may repeat a problem (the lab's has 200 distinct one-operator problems among
+    its 20,000); each is sampled once, so "at most m distinct traces per prompt" holds per problem."""
+    first: dict[str, Example] = {}
+    for e in examples:
+        first.setdefault(e.prompt, e)
+    distinct = list(first.values())
+    if not how_many or how_many >= len(distinct):
+        return distinct
+    picked = sorted(random.Random(f"rft-prompts:{seed}").sample(range(len(distinct)), how_many))
+    return [distinct[i] for i in picked]
 
 
 def select_survivors(candidates: list[tuple[int, str, int]], m: int, how: str, rng: random.Random) -> list[tuple[int, str, int]]:

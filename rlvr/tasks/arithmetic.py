@@ -15,6 +15,7 @@ The held-out split is drawn first, per level, and never appears in train.
 from __future__ import annotations
 
 import random
+import re
 from typing import Iterator
 
 from rlvr.config import TaskConfig
@@ -119,3 +120,55 @@ def sft_targets(examples: list[Example], batch_size: int, worked_fraction: float
         for i in [rng.randrange(len(examples)) for _ in range(batch_size)]:
             e = examples[i]
             yield e, e.solution if e.solution and rng.random() < worked_fraction else boxed(e.answer)
+
+
+# ----------------------------------------------------------------------------- a process reward
+
+_TOKEN = re.compile(r"[0-9]+|[-+*]")
+
+
+def parse_expression(text: str) -> Tokens | None:
+    """'-3+4*12' -> [-3, '+', 4, '*', 12], or None when `text` is not such an expression exactly
+    (a sign is allowed on the first number only, as every intermediate expression writes it)."""
+    parts = _TOKEN.findall(text)
+    if len(parts) >= 2 and parts[0] == "-" and parts[1].isdigit():
+        parts = [str(-int(parts[1]))] + parts[2:]
+    if not parts or len(parts) % 2 == 0:
+        return None
+    try:
+        tokens: Tokens = [int(parts[0])] + [p if i % 2 else int(p) for i, p in enumerate(parts[1:], start=1)]
+    except ValueError:
+        return None
+    ok = all(isinstance(t, int) for t in tokens[::2]) and all(t in ("+", "-", "*") for t in tokens[1::2])
+    return tokens if ok and render(tokens) == text else None
+
+
+def worked_steps(completion: str, answer: str, expr: str) -> float:
+    r"""A strict process reward for the arithmetic task: 1.0 when the working is exactly the
+    problem's rewrite chain, one operation per step in the task's order (the first `*`, else the
+    leftmost `+`/`-`), every intermediate expression right, and the final box holds its value;
+    else 0.0 (a bare answer shows no working and scores 0).
+
+    Correctness (boxed_math) pays a right final answer however it was reached; this pays only
+    reasoning whose every step is right, so a lucky answer after a skipped or wrong step earns
+    correctness but not this. It needs the problem's `expr` (every arithmetic example has it).
+
+    >>> worked_steps("9-56+6=-47+6=-41\n\\boxed{-41}", "-41", "9-8*7+6")
+    1.0
+    >>> worked_steps("9-56+6=-41\n\\boxed{-41}", "-41", "9-8*7+6")  # two operations in one step
+    0.0
+    """
+    head, sep, box = completion.rpartition("\\boxed{")
+    current = parse_expression(expr)
+    if not sep or current is None or not box.endswith("}") or box[:-1] != answer:
+        return 0.0
+    steps = head.rstrip("\n").split("=") if head.strip() else []
+    if head.strip() and not head.endswith("\n"):
+        return 0.0  # the working ends its line before the box, as every worked solution does
+    for step in steps:
+        if len(current) == 1:
+            return 0.0  # working past the value
+        current = reduce_once(current)
+        if render(current) != step:
+            return 0.0
+    return 1.0 if steps and len(current) == 1 and render(current) == answer else 0.0

@@ -11,7 +11,9 @@ Built in (see docs/verifiers.md):
 * ``boxed_math``: strict math on the last ``\\boxed{...}`` (:mod:`rlvr.verifiers.math`);
 * ``python_code`` / ``python_code_all_or_nothing``: the last ```python block run on the
   gold tests (a dict, or its JSON text) in a bubblewrap sandbox (:mod:`rlvr.verifiers.code`);
-* ``think_format``: exactly one ``<think>...</think>`` block, then an answer.
+* ``think_format``: exactly one ``<think>...</think>`` block, then an answer;
+* ``brevity``: a correct boxed answer in fewer characters scores more (a conciseness term for a
+  reward mix, gated on boxed_math).
 
 :mod:`rlvr.verifiers.pool` scores many items in worker processes with hard timeouts.
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 from typing import Callable, Protocol
 
+from rlvr.verifiers.conciseness import brevity
 from rlvr.verifiers.code import python_code, python_code_all_or_nothing
 from rlvr.verifiers.format import think_format
 from rlvr.verifiers.math import boxed_math, extract_last_boxed
@@ -34,6 +37,7 @@ VERIFIERS: dict[str, Verifier] = {
     "python_code": python_code,
     "python_code_all_or_nothing": python_code_all_or_nothing,
     "think_format": think_format,
+    "brevity": brevity,
 }
 
 
@@ -78,6 +82,7 @@ __all__ = [
     "VERIFIERS",
     "Verifier",
     "boxed_math",
+    "brevity",
     "extract_last_boxed",
     "get_verifier",
     "python_code",

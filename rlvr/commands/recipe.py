@@ -1,0 +1,314 @@
+"""`rlvr recipe FILE`: several stages (sft, rl, rft, distill, eval) in order, each stage's model the
+next one's input, every stage resumable, one summary table.
+
+A recipe is a TOML file:
+
+    [defaults]                 # settings every stage starts from: the tables of a config file
+    eval.samples = 8
+
+    [[stage]]
+    name = "cold_start"        # unique; the stage's directory is NN-<name>
+    kind = "sft"               # sft | rl | rft | distill | eval
+    sft.steps = 3000           # any other keys: this stage's settings, over the defaults
+
+    [[stage]]
+    name = "final_rl"
+    kind = "rl"
+    reward.functions = ["boxed_math", "rlvr.rewards:brevity"]
+
+Stage kinds, applied to the current model M (at first the recipe's starting model: model.path,
+or the tiny lab model built into <out>/init):
+
+    sft      SFT M (sft.steps on the data's solutions, or the lab's worked/bare mixture)
+    rl       RL on M (train.steps under algo.*, reward.*)
+    rft      sample M on the training prompts, keep the verified traces, SFT a fresh copy of
+             `base` (default "start": the recipe's starting model, as DeepSeek-R1's stage 3 does)
+    distill  the same with M as the teacher and `student` (a model, or tiny:key=value,...) as the
+             fresh model; distill.kl_coef adds the teacher's token-level term
+    eval     evaluate M under eval.* (optionally on `data`, a JSONL file); M is unchanged
+
+Each stage runs in its own run directory (<out>/NN-<name>/, the layout of `rlvr train`) and
+writes stage.json when it is done. Running the recipe again with --resume <out> skips every done
+stage and continues the first one that is not from its own checkpoints (RL and SFT at their last
+checkpointed step), so a SIGKILL anywhere loses at most the steps since the last checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from rlvr.checkpoint import fault_point
+from rlvr.config import Config, ConfigError, read_toml, atomic_write_text, load_config
+from rlvr.metrics import Reporter, read_jsonl_records
+from rlvr.models import build_char_tokenizer, build_tiny_model, save_pretrained
+from rlvr.commands.evaluate import correctness_name
+from rlvr.sources import resolve_model
+
+KINDS = ("sft", "rl", "rft", "distill", "eval")
+STAGE_KEYS = {"name", "kind", "base", "student", "teacher", "data"}  # besides config tables
+KIND_KEYS = {"rft": {"base"}, "distill": {"student", "teacher"}, "eval": {"data"}}
+RECIPE_FILE, DONE = "recipe.toml", "stage.json"
+
+
+@dataclass
+class StageSpec:
+    name: str
+    kind: str
+    settings: dict[str, Any]  # config tables over the defaults
+    options: dict[str, str] = field(default_factory=dict)  # base / student / teacher / data
+
+
+@dataclass
+class Recipe:
+    path: Path
+    defaults: dict[str, Any]
+    stages: list[StageSpec]
+
+
+def load_recipe(path: str | Path) -> Recipe:
+    """Parse and check a recipe; ConfigError naming the file, the stage and the key."""
+    path = Path(path)
+    table = read_toml(path, "recipe file")
+    unknown = set(table) - {"defaults", "stage", "description"}
+    if unknown:
+        raise ConfigError(f"{path}: unknown top-level key(s) {sorted(unknown)}; a recipe has [defaults] and [[stage]] tables")
+    stages_raw = table.get("stage")
+    if not isinstance(stages_raw, list) or not stages_raw:
+        raise ConfigError(f"{path}: no stages: add [[stage]] tables, each with a name and a kind ({', '.join(KINDS)})")
+    sections = {f.name for f in Config.__dataclass_fields__.values()}
+    stages: list[StageSpec] = []
+    for i, raw in enumerate(stages_raw, start=1):
+        where = f"{path}: stage {i}"
+        name, kind = raw.get("name"), raw.get("kind")
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", name):
+            raise ConfigError(f"{where}: needs a name made of letters, digits and _ (got {name!r})")
+        where = f"{path}: stage {i} ({name})"
+        if name in sections:
+            raise ConfigError(f"{where}: a stage cannot be named like the config section {name!r}")
+        if any(s.name == name for s in stages):
+            raise ConfigError(f"{where}: the name {name!r} is used by an earlier stage")
+        if kind not in KINDS:
+            raise ConfigError(f"{where}: kind {kind!r} is not one of {list(KINDS)}")
+        options = {k: v for k, v in raw.items() if k in STAGE_KEYS - {"name", "kind"}}
+        for key, value in options.items():
+            if key not in KIND_KEYS.get(kind, set()):
+                raise ConfigError(f"{where}: {key!r} applies to stages of kind {[k for k, keys in KIND_KEYS.items() if key in keys]}, not {kind!r}")
+            if not isinstance(value, str):
+                raise ConfigError(f"{where}: {key} must be a string, got {value!r}")
+        if kind == "distill" and "student" not in options:
+            raise ConfigError(f"{where}: a distill stage needs a student (a model, or tiny:key=value,...)")
+        settings = {k: v for k, v in raw.items() if k not in STAGE_KEYS}
+        for key in settings:
+            if key not in sections:
+                raise ConfigError(f"{where}: unknown key {key!r} (stage keys: {sorted(STAGE_KEYS)}; config sections: {sorted(sections)})")
+        stages.append(StageSpec(name, kind, settings, options))
+    defaults = table.get("defaults", {})
+    if not isinstance(defaults, dict):
+        raise ConfigError(f"{path}: [defaults] must be a table of config settings")
+    recipe = Recipe(path, defaults, stages)
+    for stage in stages:  # every stage's settings are valid before anything runs
+        stage_config(recipe, stage, [])
+    return recipe
+
+
+def stage_config(recipe: Recipe, stage: StageSpec, overrides: list[str], extra: list[str] = ()) -> Config:
+    """Defaults <- the stage's settings <- command-line overrides (`key=value` for all stages,
+    `<stage>.key=value` for one) <- what the recipe sets (model path, output directory)."""
+    names = {s.name for s in recipe.stages}
+    mine = [o.split(".", 1)[1] for o in overrides if o.split(".", 1)[0] == stage.name]
+    common = [o for o in overrides if o.split("=", 1)[0].split(".", 1)[0] not in names]
+    layers = [(f"{recipe.path} [defaults]: ", recipe.defaults), (f"{recipe.path} stage {stage.name}: ", stage.settings)]
+    try:
+        return load_config(None, [*common, *mine, *extra], for_training=stage.kind != "eval", tables=layers)
+    except ConfigError as err:
+        raise ConfigError(f"stage {stage.name}: {err}") from None
+
+
+# ----------------------------------------------------------------------------- running
+
+
+def run_recipe(path: str | None, overrides: list[str], reporter: Reporter, *, out: str | None = None, resume: str | None = None) -> dict:
+    """Run every stage not yet done, in order; returns the summary (one row per stage)."""
+    if resume:
+        out_dir = Path(resume)
+        if not (out_dir / RECIPE_FILE).is_file():
+            raise ConfigError(f"--resume: {out_dir} holds no recipe ({RECIPE_FILE} is missing)")
+        if path:
+            raise ConfigError(f"--resume: the recipe is {out_dir / RECIPE_FILE}; give no recipe file with --resume")
+        saved = json.loads((out_dir / "overrides.json").read_text()) if (out_dir / "overrides.json").is_file() else []
+        overrides = [*saved, *overrides]
+        recipe = load_recipe(out_dir / RECIPE_FILE)
+    else:
+        if not path:
+            raise ConfigError("give a recipe file (or --resume DIR)")
+        recipe = load_recipe(path)
+        out_dir = Path(out or f"runs/recipe-{Path(path).stem}-{datetime.now():%Y%m%d-%H%M%S}")
+        if (out_dir / RECIPE_FILE).exists():
+            raise ConfigError(f"--out: {out_dir} already holds a recipe run; continue it with --resume {out_dir}, or choose another --out")
+        if out_dir.exists() and not out_dir.is_dir():
+            raise ConfigError(f"--out: {out_dir} is a file, not a directory")
+        for stage in recipe.stages:
+            stage_config(recipe, stage, overrides)  # the overrides too are valid for every stage
+        out_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(out_dir / "overrides.json", json.dumps(overrides) + "\n")
+        atomic_write_text(out_dir / RECIPE_FILE, recipe.path.read_text())  # last: its presence marks a started recipe
+    start = starting_model(recipe, overrides, out_dir)
+    current, rows = start, []
+    for index, stage in enumerate(recipe.stages, start=1):
+        stage_dir = out_dir / f"{index:02d}-{stage.name}"
+        done = stage_dir / DONE
+        if done.is_file():
+            row = json.loads(done.read_text())
+            reporter.print(f"stage {stage.name}: done ({stage_dir})")
+        else:
+            reporter.print(f"[bold]stage {index}/{len(recipe.stages)}: {stage.name}[/] ({stage.kind}) -> {stage_dir}")
+            started = time.perf_counter()
+            row = run_stage(recipe, stage, overrides, current, start, stage_dir, reporter)
+            row["seconds"] = round(time.perf_counter() - started, 1)
+            atomic_write_text(done, json.dumps(row, indent=2) + "\n")
+            fault_point("recipe_stage_done")
+        current = row["model"]
+        rows.append(row)
+    summary = {"recipe": str(recipe.path), "out": str(out_dir), "starting_model": start, "stages": rows}
+    atomic_write_text(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+    reporter.print(recipe_table(rows))
+    terms = reward_terms_table(rows)
+    if terms is not None:
+        reporter.print(terms)
+    return summary
+
+
+def starting_model(recipe: Recipe, overrides: list[str], out_dir: Path) -> str:
+    """The recipe's starting model: model.path, or the tiny lab model built from the seed into <out>/init."""
+    cfg = stage_config(recipe, recipe.stages[0], overrides)
+    if cfg.model.path:
+        return cfg.model.path
+    init = out_dir / "init"
+    if not (init / "config.json").is_file():
+        tokenizer = build_char_tokenizer()
+        tmp = out_dir / ".init.tmp"
+        save_pretrained(build_tiny_model(tokenizer, cfg.model.tiny, cfg.run.seed), tokenizer, tmp)
+        tmp.replace(init)
+    return str(init)
+
+
+def run_stage(recipe: Recipe, stage: StageSpec, overrides: list[str], current: str, start: str, stage_dir: Path, reporter: Reporter) -> dict:
+    """Run one stage on the current model; returns its summary row (with `model`: its output model)."""
+    from rlvr.commands.rft import loadable_path, sft_on_traces, student_settings
+    from rlvr.pipeline import run as run_pipeline
+
+    here = [f"run.output_dir={json.dumps(str(stage_dir))}"]
+    model_here = [f"model.path={json.dumps(current)}"]
+    resume = (stage_dir / "config.toml").is_file()
+    if stage.kind in ("sft", "rl"):
+        fixed = ["train.steps=0"] if stage.kind == "sft" else ["sft.steps=0"]
+        cfg = stage_config(recipe, stage, overrides, [*model_here, *here, *fixed])
+        if (cfg.sft.steps if stage.kind == "sft" else cfg.train.steps) == 0:
+            raise ConfigError(f"{recipe.path}: stage {stage.name}: a {stage.kind} stage with {'sft' if stage.kind == 'sft' else 'train'}.steps = 0 trains nothing")
+        summary = run_pipeline(cfg, reporter, "recipe", resume=resume)
+        final = summary["eval"]["after_sft" if stage.kind == "sft" else "after_rl"]
+        row = _row(stage, stage_dir / "model", final, cfg, stage_dir)
+        if stage.kind == "rl":  # each reward term on the held-out problems, before and after this RL
+            before = summary["eval"]["before_rl"]
+            row["held_out_terms"] = {name: {"before": _samples_or_greedy(before, name), "after": _samples_or_greedy(final, name)}
+                                     for name in final.get("terms", {})}
+            row["held_out_terms"][correctness_name(cfg)] = {"before": before["sampled"].get(f"mean@{cfg.eval.samples}", before["accuracy"]),
+                                                          "after": final["sampled"].get(f"mean@{cfg.eval.samples}", final["accuracy"])}
+        return row
+    if stage.kind in ("rft", "distill"):
+        stage_dir.mkdir(parents=True, exist_ok=True)
+        teacher = stage.options.get("teacher", current)
+        source = resolve_model(teacher, f"stage {stage.name}")
+        if stage.kind == "rft":
+            base = stage.options.get("base", "start")
+            fresh = [f"model.path={json.dumps(start if base == 'start' else loadable_path(resolve_model(base, 'base'), stage_dir / 'base'))}"]
+            cfg = stage_config(recipe, stage, overrides, here)
+        else:
+            fresh = student_settings(stage.options["student"], stage_dir / "student")
+            cfg = stage_config(recipe, stage, overrides, [*here, f"distill.teacher={json.dumps(teacher)}"])
+        report = sft_on_traces(stage.kind, source, cfg, stage_dir, fresh, reporter, stage.options.get("base", stage.options.get("student", "start")),
+                               compare=False)
+        row = _row(stage, stage_dir / "model", report["models"]["fresh"], cfg, stage_dir)
+        row["traces"] = {k: report["traces"][k] for k in ("prompts", "sampled", "verified", "kept", "prompts_without_survivor")}
+        return row
+    # eval: the current model, unchanged
+    from rlvr.commands.evaluate import evaluate_into
+
+    cfg = stage_config(recipe, stage, overrides, [*model_here, *here])
+    result = evaluate_into(resolve_model(current, f"stage {stage.name}"), cfg, stage.options.get("data"), stage_dir, reporter)
+    return _row(stage, Path(current), result, cfg, stage_dir)
+
+
+def _row(stage: StageSpec, model: Path, final: dict, cfg: Config, stage_dir: Path) -> dict:
+    """A stage's line in the recipe table: its final held-out figures, and for RL each reward
+    term's mean over the first and last tenth of its steps (a term rising shows here)."""
+    row: dict[str, Any] = {
+        "stage": stage.name, "kind": stage.kind, "dir": str(stage_dir), "model": str(model),
+        "accuracy": final["accuracy"], "sampled": final.get("sampled", {}), "mean_length": final["mean_length"],
+        "by_level": final.get("by_level", {}),
+    }
+    metrics = stage_dir / "metrics.jsonl"
+    if stage.kind == "rl" and metrics.is_file():
+        records = read_jsonl_records(metrics)
+        tenth = max(1, len(records) // 10)
+        not_terms = {"reward/std", "reward/missing", "reward/frac_groups_all_equal", "reward/kl_sequence"}
+        terms = [k for k in records[0] if k.startswith("reward/") and k.count("/") == 1 and k not in not_terms]
+        row["reward_terms"] = {
+            k.split("/", 1)[1]: {"first": _mean([r[k] for r in records[:tenth]]), "last": _mean([r[k] for r in records[-tenth:]])} for k in terms
+        }
+    return row
+
+
+def _samples_or_greedy(evaluation: dict, term: str) -> float | None:
+    means = evaluation.get("terms", {}).get(term, {})
+    return means.get("samples", means.get("greedy"))
+
+
+def _mean(values: list) -> float | None:
+    present = [v for v in values if v is not None]
+    return sum(present) / len(present) if present else None
+
+
+def recipe_table(rows: list[dict]) -> Table:
+    """One row per stage: held-out greedy accuracy, pass@1, pass@N and maj@N (N: the stage's
+    eval.samples), mean length and wall time."""
+    table = Table(title="recipe: held-out evaluation after each stage")
+    for column in ("stage", "kind", "greedy", "N", "pass@1", "pass@N", "maj@N", "mean length", "seconds"):
+        table.add_column(column, justify="left" if column in ("stage", "kind") else "right")
+    for r in rows:
+        ks = [int(n.split("@")[1]) for n in r["sampled"] if n.startswith("pass@")]
+        n = max(ks, default=0)
+        cells = [_pct(r["sampled"].get(name)) for name in ("pass@1", f"pass@{n}", f"maj@{n}")] if n else ["", "", ""]
+        table.add_row(r["stage"], r["kind"], f"{r['accuracy']:.1%}", str(n or ""), *cells, f"{r['mean_length']:.1f}", f"{r.get('seconds', 0):.0f}")
+    return table
+
+
+def reward_terms_table(rows: list[dict]) -> Table | None:
+    """Each RL stage's reward terms: the training batches' mean over the first and the last tenth
+    of its steps, and the mean on the held-out problems (over the samples when eval.samples > 0,
+    else the greedy completions) before and after the stage."""
+    table = Table(title="RL stages: reward terms in training (first -> last tenth of steps) and on held-out problems (before -> after)")
+    for column in ("stage", "term", "train first", "train last", "held-out before", "held-out after"):
+        table.add_column(column, justify="left" if column in ("stage", "term") else "right")
+    for r in rows:
+        held = r.get("held_out_terms", {})
+        for name, v in r.get("reward_terms", {}).items():
+            h = held.get(name, {})
+            table.add_row(r["stage"], name, _num(v["first"]), _num(v["last"]), _num(h.get("before")), _num(h.get("after")))
+    return table if table.row_count else None
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1%}"
+
+
+def _num(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
