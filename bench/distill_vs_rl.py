@@ -55,7 +55,7 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*", help="dotted settings for every arm (e.g. sft.steps=2000)")
     args = parser.parse_args()
     shape = [f"model.tiny.{item}" for item in args.student.split(",") if item]
-    common = ["eval.samples=8", *args.overrides]
+    common = ["eval.samples=8", "sft.steps=3000", *args.overrides]  # a recipe's RL stage as teacher has sft.steps = 0
     arms: dict[str, tuple[Path, float]] = {}
     out = args.out / "distill"
     arms["(a) distill"] = (out, rlvr(["distill", "--teacher", str(args.teacher), "--student", f"tiny:{args.student}", *common, "--out", str(out)], out))

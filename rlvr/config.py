@@ -865,7 +865,7 @@ def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
 
 # What a resumed run may change without breaking "same result as an uninterrupted run".
 RESUMABLE_CHANGES = ("run.output_dir", "run.threads", "run.device", "train.steps", "train.save_model", "train.log_samples_every",
-                     "train.max_nonfinite_steps", "checkpoint.", "eval.", "reward.workers", "reward.timeout_s", "reward.max_missing_frac")
+                     "train.max_nonfinite_steps", "checkpoint.", "eval.", "rft.", "reward.workers", "reward.timeout_s", "reward.max_missing_frac")
 
 
 def changes_breaking_resume(saved: Config, new: Config) -> list[str]:

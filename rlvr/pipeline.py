@@ -71,7 +71,7 @@ from rlvr.models import (
     save_pretrained,
 )
 from rlvr.sources import ModelSource, resolve_model, run_start
-from rlvr.stages.evaluate import EvalResult, evaluate, headline, key_figures, num_batches, write_eval
+from rlvr.stages.evaluate import EvalResult, evaluate, headline, key_figures, num_batches, percent, write_eval
 from rlvr.stages.sft import SFTProgress, sft_train
 from rlvr.tasks.arithmetic import make_splits, sft_targets as arithmetic_sft_targets
 from rlvr.reward import answer_check, build_reward_terms, close_reward_terms, correctness_term, other_terms
@@ -132,6 +132,13 @@ def forward_precision(cfg: Config, device: torch.device):
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     torch.manual_seed(seed)
+
+
+def apply_run_settings(cfg: Config) -> None:
+    """What every command that computes applies first: run.threads, and denormal flushing."""
+    if cfg.run.threads:
+        torch.set_num_threads(cfg.run.threads)
+    configure_cpu_math()
 
 
 def configure_cpu_math() -> None:
@@ -224,10 +231,8 @@ def _run(cfg: Config, reporter: Reporter, command: str, resume: bool, reward_ter
                 f"Only {', '.join(RESUMABLE_CHANGES)} may change; start a new run from `rlvr export` weights instead"
             )
     save_config(cfg, run_dir / "config.toml")
-    if cfg.run.threads:
-        torch.set_num_threads(cfg.run.threads)
+    apply_run_settings(cfg)
     seed_everything(cfg.run.seed)
-    configure_cpu_math()
     if skipped:
         reporter.print(f"[yellow]skipped {len(skipped)} bad rows[/] (data.skip_bad_rows): {dict(Counter(p.kind for p in skipped))}")
     model, tokenizer = prepare_model(cfg, run_dir)
@@ -264,16 +269,20 @@ def sft_stage(ctx: RunContext) -> None:
     resume = None
     latest = complete_step_checkpoints(ctx.checkpoints, SFT_PREFIX)[-1:] if ctx.resuming else []
     if latest:
+        state = read_state(latest[0])
+        if state.get("data") != data_fingerprint(ctx.train):
+            raise ConfigError(f"data.train_path: the training problems changed since {latest[0]} was written; a resume would draw different pairs")
         load_weights(latest[0], ctx.model)
         trainer = load_trainer(latest[0])
-        resume = SFTProgress(read_state(latest[0])["step"], trainer["optimizer"], trainer["scheduler"])
+        resume = SFTProgress(state["step"], trainer["optimizer"], trainer["scheduler"])
         ctx.reporter.print(f"resuming SFT from {latest[0]} (step {resume.step} of {cfg.sft.steps})")
     rewind_jsonl(ctx.run_dir / "sft_metrics.jsonl", resume.step if resume else 0)
-    teacher = load_teacher(cfg, ctx.tokenizer, next(ctx.model.parameters()).device) if cfg.distill.kl_coef > 0 else None
+    teacher = load_teacher(cfg, ctx.tokenizer, ctx.model) if cfg.distill.kl_coef > 0 else None
 
     def save(progress: SFTProgress) -> None:
         path = save_checkpoint(ctx.checkpoints, f"{SFT_PREFIX}{progress.step:06d}", policy=ctx.model,
-                               trainer={"optimizer": progress.optimizer, "scheduler": progress.scheduler}, state={"step": progress.step},
+                               trainer={"optimizer": progress.optimizer, "scheduler": progress.scheduler},
+                               state={"step": progress.step, "data": data_fingerprint(ctx.train)},
                                config_text=to_toml(cfg).lstrip("\n"))
         remove_checkpoints(ctx.checkpoints, SFT_PREFIX, keep=path)
 
@@ -285,15 +294,19 @@ def sft_stage(ctx: RunContext) -> None:
         save_pretrained(ctx.model, ctx.tokenizer, ctx.run_dir / "sft")
 
 
-def load_teacher(cfg: Config, tokenizer, device: torch.device):
-    """The frozen teacher of distillation's token-level term; it must share the student's tokenizer."""
-    teacher, teacher_tokenizer = resolve_model(cfg.distill.teacher, "distill.teacher").load(cfg.run.dtype, str(device))
+def load_teacher(cfg: Config, tokenizer, student):
+    """The frozen teacher of distillation's token-level term: it must share the student's tokenizer
+    and output width (a KL over the vocabulary compares the same tokens, position by position)."""
+    teacher, teacher_tokenizer = resolve_model(cfg.distill.teacher, "distill.teacher").load(cfg.run.dtype, str(next(student.parameters()).device))
+    fix = "; set distill.kl_coef = 0 to distill by SFT on the teacher's verified traces alone"
     if teacher_tokenizer.get_vocab() != tokenizer.get_vocab():
         raise ConfigError(
             f"distill.kl_coef: the token-level term needs teacher and student to share a tokenizer, but {cfg.distill.teacher}'s "
-            f"vocabulary ({len(teacher_tokenizer)} tokens) differs from the student's ({len(tokenizer)}); set distill.kl_coef = 0 "
-            "to distill by SFT on the teacher's verified traces alone"
+            f"vocabulary ({len(teacher_tokenizer)} tokens) differs from the student's ({len(tokenizer)}){fix}"
         )
+    widths = [m.get_output_embeddings().weight.shape[0] for m in (teacher, student)]
+    if widths[0] != widths[1]:
+        raise ConfigError(f"distill.kl_coef: teacher and student share a tokenizer but their output layers have {widths[0]} and {widths[1]} rows{fix}")
     teacher.eval().requires_grad_(False)
     return teacher
 
@@ -458,10 +471,6 @@ def export_checkpoint(run_dir: Path, out_dir: Path, step: int | None = None) -> 
     return source
 
 
-def _fmt(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.1%}"
-
-
 def _pct(levels: dict[str, float]) -> str:
     return " ".join(f"L{k}={v:.0%}" for k, v in levels.items())
 
@@ -481,7 +490,7 @@ def summary_table(evals: dict[str, EvalResult], seconds: dict[str, float]) -> Ta
     for stage, e in evals.items():
         table.add_row(
             stage, f"{e.accuracy:.1%}", *[f"{e.by_level.get(level, float('nan')):.1%}" for level in levels],
-            *[_fmt(e.sampled.get(name)) for name in sampled], f"{e.shows_work:.0%}", f"{e.mean_length:.1f}",
+            *[percent(e.sampled.get(name)) for name in sampled], f"{e.shows_work:.0%}", f"{e.mean_length:.1f}",
         )
     table.caption = "seconds: " + ", ".join(f"{k} {v}" for k, v in seconds.items())
     return table

@@ -36,6 +36,12 @@ class ModelSource:
     run_dir: Path | None = None
     run_config: Config | None = None
 
+    @property
+    def identity(self) -> str:
+        """Where the weights are, however the spec was spelled (for "made from the same model" checks)."""
+        where = self.checkpoint if self.checkpoint is not None else self.skeleton
+        return str(Path(where).resolve()) if Path(where).exists() else str(where)
+
     def load(self, dtype: str = "float32", device: str = "cpu"):
         """(model, tokenizer); a LoRA checkpoint comes back merged into a plain model."""
         cfg = self.run_config
@@ -57,7 +63,8 @@ def is_run_dir(path: Path) -> bool:
 
 def resolve_model(spec: str, what: str = "model") -> ModelSource:
     """The ModelSource `spec` names; ConfigError (naming `what` and what is missing) if none."""
-    path_part, at, point = spec.rpartition("@") if "@" in spec else (spec, "", "")
+    whole = Path(spec).expanduser()
+    path_part, at, point = spec.rpartition("@") if "@" in spec and not whole.exists() else (spec, "", "")  # a directory may have an @ in its name
     path = Path(path_part).expanduser()
     if at and not is_run_dir(path):
         raise ConfigError(f"{what}: {spec!r}: '@{point}' picks a point of a run, but {path_part} is not a run directory (no config.toml)")

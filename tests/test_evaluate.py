@@ -196,3 +196,32 @@ def test_rlvr_eval_refuses_k_above_samples_and_names_what_a_run_lacks(toy_run, t
     assert "Traceback" not in missing.stderr
     nowhere = rlvr("eval", str(tmp_path / "nope"), "--out", str(tmp_path / "c"))
     assert nowhere.returncode == 2 and "does not exist" in nowhere.stderr
+
+
+def test_each_sampled_completion_is_judged_against_its_own_problem(solvable_run):
+    # a trained toy model that solves some problems: a row paired with the wrong problem would show here
+    from rlvr.sources import resolve_model
+
+    source = resolve_model(str(solvable_run))
+    model, tokenizer = source.load()
+    cfg = source.run_config
+    _, held_out = make_splits(cfg.task, cfg.run.seed)
+    term = RewardTerm("boxed_math", 1.0, boxed_math, batched=False, correctness=True)
+    result = evaluate(model, tokenizer, held_out, cfg.data, cfg.eval, term, bar(), seed=0)
+    prompts = {e.prompt: e.answer for e in held_out}
+    assert 0 < sum(r["reward"] for r in result.sampled_rows) < len(result.sampled_rows)
+    for r in result.sampled_rows:
+        assert r["answer"] == prompts[r["prompt"]] == held_out[r["problem"]].answer
+        assert r["reward"] == boxed_math(r["completion"], r["answer"])
+    for r in result.samples:
+        assert r["reward"] == boxed_math(r["completion"], prompts[r["prompt"]])
+
+
+def test_rlvr_eval_samples_by_default_so_k_alone_is_enough(toy_run, tmp_path):
+    # a plain model directory gets the default config (eval.samples = 0): --k must not be refused for it
+    out = tmp_path / "eval"
+    done = rlvr("eval", str(toy_run / "model"), "--k", "1,4", "task.num_eval=24", "eval.max_new_tokens=10", "--out", str(out), "--quiet")
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["settings"]["samples"] == 8 and summary["settings"]["k"] == [1, 4]
+    assert set(summary["models"]["model"]["sampled"]) == {"pass@1", "pass@4", "maj@1", "maj@4", "mean@8"}

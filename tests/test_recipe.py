@@ -26,7 +26,7 @@ model.tiny = { hidden_size = 32, num_layers = 2, intermediate_size = 64, num_hea
 task = { num_train = 300, num_eval = 20, max_ops = 2, max_operand = 3 }
 eval = { max_new_tokens = 12, samples = 4 }
 rollout = { max_new_tokens = 12, group_size = 4, prompts_per_step = 4 }
-train = { micro_batch_size = 8, lr = 1e-3, warmup_steps = 1, steps = 4 }
+train = { micro_batch_size = 8, lr = 1e-3, warmup_steps = 1, steps = 4, save_model = false }  # a recipe saves every stage's model anyway
 run.threads = 1
 sft = { batch_size = 16, lr = 5e-3 }
 checkpoint = { every = 2, sft_every = 2 }
@@ -85,6 +85,10 @@ def rlvr(*args: str, kill_at: str | None = None) -> subprocess.CompletedProcess:
         ('[[stage]]\nname = "a"\nkind = "rl"\nstudent = "tiny"\n', "'student' applies to stages of kind ['distill'], not 'rl'"),
         ('[[stage]]\nname = "train"\nkind = "rl"\n', "cannot be named like the config section 'train'"),
         ("", "no stages"),
+        ('[[stage]]\nname = "a"\nkind = "sft"\nsft.steps = 0\n', "stage a: sft.steps = 0, so this sft stage would train nothing"),
+        ('[[stage]]\nname = "a"\nkind = "distill"\nstudent = "tiny:num_layer=1"\n', "model.tiny.num_layer: unknown key"),
+        ('[[stage]]\nname = "a"\nkind = "distill"\nstudent = "./no/such/model"\n', "student: ./no/such/model: neither a run directory"),
+        ('[[stage]]\nname = "a"\nkind = "eval"\ndata = "no-such-file.jsonl"\n', "data: no-such-file.jsonl is not a file"),
     ],
 )
 def test_a_bad_recipe_is_refused_naming_the_stage_and_key(tmp_path, stages, message):
@@ -151,12 +155,12 @@ def test_each_stage_starts_from_the_previous_stages_model(whole):
     assert "pass@8" in summary["stages"][-1]["sampled"] and "pass@8" not in final["sampled"]
 
 
-KILLS = [
+KILLS = [  # each costs two toy recipes; the kinds of kill covered elsewhere run with -m slow
     "recipe_stage_done@2",  # between stages: after the RL stage's stage.json
-    "sft_step@3",  # inside the first stage, after its step-2 SFT checkpoint
+    pytest.param("sft_step@3", marks=pytest.mark.slow),  # inside the first stage, after its step-2 SFT checkpoint (as tests/test_resume.py)
     "generate@3",  # inside the RL stage, after its step-2 checkpoint
     "sft_step@155",  # inside the RFT stage's SFT (150 cold-start steps + 5), after its step-4 checkpoint
-    "generate@7",  # inside the final RL stage (4 generations in the first RL stage), after its step-2 checkpoint
+    pytest.param("generate@7", marks=pytest.mark.slow),  # inside the final RL stage (4 generations in the first), after its step-2 checkpoint
 ]
 
 
@@ -167,7 +171,7 @@ def test_a_killed_recipe_resumes_to_the_uninterrupted_result(tmp_path, whole, ki
     assert killed.returncode == -9, killed.stderr[-2000:]
     finished = {p.parent.name: p.stat().st_mtime_ns for p in out.glob("*/stage.json")}
     evals_before = {p: p.stat().st_mtime_ns for name in finished for p in (out / name).glob("eval_*.jsonl")}
-    resumed = rlvr("recipe", "--resume", str(out), "--quiet")
+    resumed = rlvr("recipe", "--resume", os.path.relpath(out, ROOT), "--quiet")  # spelled otherwise than --out: the same run
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert outcome(out) == outcome(whole)
     a, b = weights(out), weights(whole)
@@ -182,6 +186,19 @@ def test_a_started_recipe_is_never_overwritten_and_resume_needs_one(tmp_path, wh
     assert again.returncode == 2 and "--resume" in again.stderr
     nothing = rlvr("recipe", "--resume", str(tmp_path / "nothing"))
     assert nothing.returncode == 2 and "holds no recipe" in nothing.stderr
+
+
+def test_a_distill_stage_with_the_token_level_term_is_a_valid_recipe(tmp_path):
+    # the teacher is the current model, named only when the stage runs
+    recipe = load_recipe(write_recipe(tmp_path, '[[stage]]\nname = "d"\nkind = "distill"\nstudent = "tiny:num_layers=1"\ndistill.kl_coef = 0.5\n'))
+    assert recipe.stages[0].options == {"student": "tiny:num_layers=1"}
+
+
+def test_an_override_naming_a_stage_without_a_setting_is_refused(tmp_path):
+    from rlvr.commands.recipe import check_stages
+
+    with pytest.raises(ConfigError, match="'final' is a stage; give one of its settings"):
+        check_stages(load_recipe(write_recipe(tmp_path)), ["final=3"])
 
 
 def test_overrides_reach_every_stage_or_one(tmp_path):

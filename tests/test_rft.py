@@ -204,7 +204,15 @@ def test_rlvr_distill_trains_a_smaller_student_with_the_token_level_term(solvabl
     assert student["num_hidden_layers"] == 1 and student["hidden_size"] == 16
     cfg = load_config(out / "config.toml", for_training=False)
     assert cfg.distill.kl_coef == 0.5 and cfg.distill.teacher == str(solvable_run) and cfg.model.path == ""
-    assert len(read_jsonl_records(out / "sft_metrics.jsonl")) == 10
+    with_kl = read_jsonl_records(out / "sft_metrics.jsonl")
+    assert len(with_kl) == 10
+    # the same student on the same traces without the term: the first step's loss is the NLL alone, and lower
+    plain = tmp_path / "plain"
+    done = rlvr("distill", "--teacher", str(solvable_run), "--student", "tiny:num_layers=1,hidden_size=16,num_heads=2,num_kv_heads=1",
+                "--samples", "4", "sft.steps=10", "--out", str(plain), "--quiet")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (plain / "traces.jsonl").read_text() == (out / "traces.jsonl").read_text()
+    assert read_jsonl_records(plain / "sft_metrics.jsonl")[0]["loss/sft"] < with_kl[0]["loss/sft"]
 
 
 def test_the_token_level_term_refuses_a_teacher_with_another_tokenizer(solvable_run, tmp_path):
@@ -215,5 +223,15 @@ def test_the_token_level_term_refuses_a_teacher_with_another_tokenizer(solvable_
     tokenizer.add_tokens(["<extra>"])
     other = save_pretrained(build_tiny_model(tokenizer, load_config(overrides=SOLVABLE).model.tiny, 0), tokenizer, tmp_path / "other")
     cfg = load_config(overrides=SOLVABLE + [f"distill.teacher={json.dumps(str(other))}", "distill.kl_coef=1.0"])
+    student_tokenizer = build_char_tokenizer()
+    student = build_tiny_model(student_tokenizer, load_config(overrides=SOLVABLE).model.tiny, 0)
     with pytest.raises(ConfigError, match="share a tokenizer"):
-        load_teacher(cfg, build_char_tokenizer(), torch.device("cpu"))
+        load_teacher(cfg, student_tokenizer, student)
+    # the same tokenizer, but an output layer of another width (a padded vocabulary): refused too
+    wide_cfg = load_config(overrides=SOLVABLE).model.tiny
+    wide = build_tiny_model(student_tokenizer, wide_cfg, 0)
+    wide.resize_token_embeddings(len(student_tokenizer) + 64)
+    padded = save_pretrained(wide, student_tokenizer, tmp_path / "padded")
+    cfg = load_config(overrides=SOLVABLE + [f"distill.teacher={json.dumps(str(padded))}", "distill.kl_coef=1.0"])
+    with pytest.raises(ConfigError, match="output layers have"):
+        load_teacher(cfg, student_tokenizer, student)

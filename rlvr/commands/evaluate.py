@@ -25,7 +25,7 @@ from rlvr.metrics import Reporter, plot_pass_at_k
 from rlvr.models import resolve_device
 from rlvr.reward import answer_check, build_reward_terms, close_reward_terms, correctness_term, other_terms
 from rlvr.sources import ModelSource, resolve_model
-from rlvr.stages.evaluate import EvalResult, evaluate, num_batches, write_eval
+from rlvr.stages.evaluate import EvalResult, evaluate, num_batches, percent, write_eval
 
 
 DEFAULT_SAMPLES = 8  # when neither --samples nor the config's eval.samples says
@@ -55,9 +55,9 @@ def held_out_problems(cfg: Config, data: str | None) -> tuple[list[Example], str
 
 def evaluate_source(source: ModelSource, cfg: Config, problems: list[Example], terms, reporter: Reporter, label: str) -> EvalResult:
     """Load `source` and evaluate it under cfg.eval (forwards under run.autocast, as in training)."""
-    from rlvr.pipeline import configure_cpu_math, forward_precision
+    from rlvr.pipeline import apply_run_settings, forward_precision
 
-    configure_cpu_math()
+    apply_run_settings(cfg)
     device = resolve_device(cfg.run.device)
     model, tokenizer = source.load(cfg.run.dtype, str(device))
     with forward_precision(cfg, device), reporter.phase(f"eval:{label}", num_batches(len(problems), cfg.eval)) as bar:
@@ -70,9 +70,14 @@ def run_eval(spec: str, overrides: list[str], reporter: Reporter, *, config_path
     """Evaluate `spec` (and `compare`) and write the results into `out`; returns the summary."""
     source = resolve_model(spec)
     other = resolve_model(compare, "--compare") if compare else None
+    def key(override: str) -> str:
+        return override.split("=", 1)[0].strip()
+
+    if not any(key(o) == "eval.samples" for o in overrides):  # the command is about pass@k: sample unless told not to
+        base = eval_config(source, config_path, [o for o in overrides if key(o) != "eval.k"])
+        if not base.eval.samples:
+            overrides = [f"eval.samples={DEFAULT_SAMPLES}", *overrides]
     cfg = eval_config(source, config_path, overrides)
-    if not cfg.eval.samples and not any(o.split("=", 1)[0].strip() == "eval.samples" for o in overrides):
-        cfg = eval_config(source, config_path, [f"eval.samples={DEFAULT_SAMPLES}", *overrides])  # the command is about pass@k
     if not cfg.eval.samples and compare:
         reporter.print("[yellow]note:[/] eval.samples = 0: comparing greedy accuracy only (pass@k needs --samples N)")
     problems, where = held_out_problems(cfg, data)
@@ -92,7 +97,7 @@ def run_eval(spec: str, overrides: list[str], reporter: Reporter, *, config_path
     finally:
         close_reward_terms(terms)
     summary = {
-        "problems": {"count": len(problems), "source": where},
+        "problems": {"count": next(iter(results.values())).num_problems, "source": where},
         "settings": {"samples": cfg.eval.samples, "temperature": cfg.eval.temperature, "top_p": cfg.eval.top_p, "k": cfg.eval.ks(),
                      "max_new_tokens": cfg.eval.max_new_tokens, "seed": cfg.run.seed, "correctness": correctness_name(cfg)},
         "models": {label: {"source": src.description, **results[label].summary()} for label, src in (("model", source), ("compare", other)) if src},
@@ -124,7 +129,7 @@ def comparison_table(results: dict[str, EvalResult], sources: dict[str, ModelSou
         cells = []
         for r in results.values():
             value, interval = r.figure(name), r.intervals.get(name)
-            cells.append("n/a" if value is None else f"{value:.1%}" + (f" [{interval[0]:.1%}, {interval[1]:.1%}]" if interval else ""))
+            cells.append(percent(value) + (f" [{interval[0]:.1%}, {interval[1]:.1%}]" if interval and value is not None else ""))
         table.add_row("greedy accuracy" if name == "accuracy" else name, *cells)
     for term in dict.fromkeys(t for r in results.values() for t in r.terms):
         for where in ("greedy", "samples"):

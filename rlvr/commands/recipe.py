@@ -14,7 +14,7 @@ A recipe is a TOML file:
     [[stage]]
     name = "final_rl"
     kind = "rl"
-    reward.functions = ["boxed_math", "rlvr.rewards:brevity"]
+    reward.functions = ["boxed_math", "rlvr.tasks.arithmetic:worked_steps"]
 
 Stage kinds, applied to the current model M (at first the recipe's starting model: model.path,
 or the tiny lab model built into <out>/init):
@@ -51,6 +51,7 @@ from rlvr.metrics import Reporter, read_jsonl_records
 from rlvr.models import build_char_tokenizer, build_tiny_model, save_pretrained
 from rlvr.commands.evaluate import correctness_name
 from rlvr.sources import resolve_model
+from rlvr.stages.evaluate import percent, present_mean
 
 KINDS = ("sft", "rl", "rft", "distill", "eval")
 STAGE_KEYS = {"name", "kind", "base", "student", "teacher", "data"}  # besides config tables
@@ -114,9 +115,39 @@ def load_recipe(path: str | Path) -> Recipe:
     if not isinstance(defaults, dict):
         raise ConfigError(f"{path}: [defaults] must be a table of config settings")
     recipe = Recipe(path, defaults, stages)
-    for stage in stages:  # every stage's settings are valid before anything runs
-        stage_config(recipe, stage, [])
+    check_stages(recipe, [])
     return recipe
+
+
+def check_stages(recipe: Recipe, overrides: list[str]) -> None:
+    """Everything about every stage that can be checked before anything runs: its settings (with
+    the overrides, and what the recipe itself will set), its options, and that it trains something."""
+    from rlvr.commands.rft import student_settings
+
+    names = {s.name for s in recipe.stages}
+    for text in overrides:
+        first = text.split("=", 1)[0].strip()
+        if first in names:
+            raise ConfigError(f"override {text!r}: {first!r} is a stage; give one of its settings, e.g. {first}.train.steps=100")
+    for stage in recipe.stages:
+        where = f"{recipe.path}: stage {stage.name}"
+        extra = []
+        if stage.kind == "distill":  # run_stage names the teacher and the student
+            extra.append(f"distill.teacher={json.dumps(stage.options.get('teacher', '<the current model>'))}")
+            student = stage.options["student"]
+            if student == "tiny" or student.startswith("tiny:"):
+                extra += student_settings(student, Path())
+            else:
+                resolve_model(student, f"{where}: student")
+        if stage.kind == "rft" and stage.options.get("base", "start") != "start":
+            resolve_model(stage.options["base"], f"{where}: base")
+        if "data" in stage.options and not Path(stage.options["data"]).is_file():
+            raise ConfigError(f"{where}: data: {stage.options['data']} is not a file")
+        cfg = stage_config(recipe, stage, overrides, extra)
+        steps = {"sft": ("sft.steps", cfg.sft.steps), "rft": ("sft.steps", cfg.sft.steps), "distill": ("sft.steps", cfg.sft.steps),
+                 "rl": ("train.steps", cfg.train.steps)}.get(stage.kind)
+        if steps is not None and steps[1] == 0:
+            raise ConfigError(f"{where}: {steps[0]} = 0, so this {stage.kind} stage would train nothing")
 
 
 def stage_config(recipe: Recipe, stage: StageSpec, overrides: list[str], extra: list[str] = ()) -> Config:
@@ -137,26 +168,28 @@ def stage_config(recipe: Recipe, stage: StageSpec, overrides: list[str], extra: 
 
 def run_recipe(path: str | None, overrides: list[str], reporter: Reporter, *, out: str | None = None, resume: str | None = None) -> dict:
     """Run every stage not yet done, in order; returns the summary (one row per stage)."""
+    # resolved: the paths recorded in every stage's config must not depend on how --resume spells the directory
     if resume:
-        out_dir = Path(resume)
+        out_dir = Path(resume).resolve()
         if not (out_dir / RECIPE_FILE).is_file():
-            raise ConfigError(f"--resume: {out_dir} holds no recipe ({RECIPE_FILE} is missing)")
+            raise ConfigError(f"--resume: {resume} holds no recipe ({RECIPE_FILE} is missing)")
         if path:
             raise ConfigError(f"--resume: the recipe is {out_dir / RECIPE_FILE}; give no recipe file with --resume")
         saved = json.loads((out_dir / "overrides.json").read_text()) if (out_dir / "overrides.json").is_file() else []
-        overrides = [*saved, *overrides]
+        overrides = [*saved, *overrides]  # later ones win; kept for the next resume too
         recipe = load_recipe(out_dir / RECIPE_FILE)
+        check_stages(recipe, overrides)
+        atomic_write_text(out_dir / "overrides.json", json.dumps(overrides) + "\n")
     else:
         if not path:
             raise ConfigError("give a recipe file (or --resume DIR)")
         recipe = load_recipe(path)
-        out_dir = Path(out or f"runs/recipe-{Path(path).stem}-{datetime.now():%Y%m%d-%H%M%S}")
+        out_dir = Path(out or f"runs/recipe-{Path(path).stem}-{datetime.now():%Y%m%d-%H%M%S}").resolve()
         if (out_dir / RECIPE_FILE).exists():
             raise ConfigError(f"--out: {out_dir} already holds a recipe run; continue it with --resume {out_dir}, or choose another --out")
         if out_dir.exists() and not out_dir.is_dir():
             raise ConfigError(f"--out: {out_dir} is a file, not a directory")
-        for stage in recipe.stages:
-            stage_config(recipe, stage, overrides)  # the overrides too are valid for every stage
+        check_stages(recipe, overrides)  # the overrides too are valid for every stage
         out_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(out_dir / "overrides.json", json.dumps(overrides) + "\n")
         atomic_write_text(out_dir / RECIPE_FILE, recipe.path.read_text())  # last: its presence marks a started recipe
@@ -202,52 +235,64 @@ def starting_model(recipe: Recipe, overrides: list[str], out_dir: Path) -> str:
 
 def run_stage(recipe: Recipe, stage: StageSpec, overrides: list[str], current: str, start: str, stage_dir: Path, reporter: Reporter) -> dict:
     """Run one stage on the current model; returns its summary row (with `model`: its output model)."""
-    from rlvr.commands.rft import loadable_path, sft_on_traces, student_settings
+    run = {"sft": _train_stage, "rl": _train_stage, "rft": _traces_stage, "distill": _traces_stage, "eval": _eval_stage}[stage.kind]
+    return run(recipe, stage, overrides, current, start, stage_dir, reporter)
+
+
+def _here(stage_dir: Path) -> list[str]:
+    # the next stage loads this one's model/: it is always saved
+    return [f"run.output_dir={json.dumps(str(stage_dir))}", "train.save_model=true"]
+
+
+def _train_stage(recipe: Recipe, stage: StageSpec, overrides: list[str], current: str, start: str, stage_dir: Path, reporter: Reporter) -> dict:
+    """sft or rl: `rlvr train` on the current model, SFT only or RL only."""
     from rlvr.pipeline import run as run_pipeline
 
-    here = [f"run.output_dir={json.dumps(str(stage_dir))}"]
-    model_here = [f"model.path={json.dumps(current)}"]
-    resume = (stage_dir / "config.toml").is_file()
-    if stage.kind in ("sft", "rl"):
-        fixed = ["train.steps=0"] if stage.kind == "sft" else ["sft.steps=0"]
-        cfg = stage_config(recipe, stage, overrides, [*model_here, *here, *fixed])
-        if (cfg.sft.steps if stage.kind == "sft" else cfg.train.steps) == 0:
-            raise ConfigError(f"{recipe.path}: stage {stage.name}: a {stage.kind} stage with {'sft' if stage.kind == 'sft' else 'train'}.steps = 0 trains nothing")
-        summary = run_pipeline(cfg, reporter, "recipe", resume=resume)
-        final = summary["eval"]["after_sft" if stage.kind == "sft" else "after_rl"]
-        row = _row(stage, stage_dir / "model", final, cfg, stage_dir)
-        if stage.kind == "rl":  # each reward term on the held-out problems, before and after this RL
-            before = summary["eval"]["before_rl"]
-            row["held_out_terms"] = {name: {"before": _samples_or_greedy(before, name), "after": _samples_or_greedy(final, name)}
-                                     for name in final.get("terms", {})}
-            row["held_out_terms"][correctness_name(cfg)] = {"before": before["sampled"].get(f"mean@{cfg.eval.samples}", before["accuracy"]),
-                                                          "after": final["sampled"].get(f"mean@{cfg.eval.samples}", final["accuracy"])}
-        return row
-    if stage.kind in ("rft", "distill"):
-        stage_dir.mkdir(parents=True, exist_ok=True)
-        teacher = stage.options.get("teacher", current)
-        source = resolve_model(teacher, f"stage {stage.name}")
-        if stage.kind == "rft":
-            base = stage.options.get("base", "start")
-            fresh = [f"model.path={json.dumps(start if base == 'start' else loadable_path(resolve_model(base, 'base'), stage_dir / 'base'))}"]
-            cfg = stage_config(recipe, stage, overrides, here)
-        else:
-            fresh = student_settings(stage.options["student"], stage_dir / "student")
-            cfg = stage_config(recipe, stage, overrides, [*here, f"distill.teacher={json.dumps(teacher)}"])
-        report = sft_on_traces(stage.kind, source, cfg, stage_dir, fresh, reporter, stage.options.get("base", stage.options.get("student", "start")),
-                               compare=False)
-        row = _row(stage, stage_dir / "model", report["models"]["fresh"], cfg, stage_dir)
-        row["traces"] = {k: report["traces"][k] for k in ("prompts", "sampled", "verified", "kept", "prompts_without_survivor")}
-        return row
-    # eval: the current model, unchanged
+    only = ["train.steps=0"] if stage.kind == "sft" else ["sft.steps=0"]
+    cfg = stage_config(recipe, stage, overrides, [f"model.path={json.dumps(current)}", *_here(stage_dir), *only])
+    summary = run_pipeline(cfg, reporter, "recipe", resume=(stage_dir / "config.toml").is_file())
+    final = summary["eval"]["after_sft" if stage.kind == "sft" else "after_rl"]
+    row = _row(stage, stage_dir / "model", final, stage_dir)
+    if stage.kind == "rl":  # each reward term on the held-out problems, before and after this RL
+        before = summary["eval"]["before_rl"]
+        row["held_out_terms"] = {name: {"before": _samples_or_greedy(before, name), "after": _samples_or_greedy(final, name)}
+                                 for name in final.get("terms", {})}
+        mean = f"mean@{cfg.eval.samples}"
+        row["held_out_terms"][correctness_name(cfg)] = {"before": before["sampled"].get(mean, before["accuracy"]),
+                                                       "after": final["sampled"].get(mean, final["accuracy"])}
+    return row
+
+
+def _traces_stage(recipe: Recipe, stage: StageSpec, overrides: list[str], current: str, start: str, stage_dir: Path, reporter: Reporter) -> dict:
+    """rft or distill: the current model's (or `teacher`'s) verified traces SFT a fresh model."""
+    from rlvr.commands.rft import loadable_path, sft_on_traces, student_settings
+
+    stage_dir.mkdir(parents=True, exist_ok=True)
+    teacher = stage.options.get("teacher", current)
+    if stage.kind == "rft":
+        base = stage.options.get("base", "start")
+        fresh = [f"model.path={json.dumps(start if base == 'start' else loadable_path(resolve_model(base, 'base'), stage_dir / 'base'))}"]
+        cfg = stage_config(recipe, stage, overrides, _here(stage_dir))
+    else:
+        fresh = student_settings(stage.options["student"], stage_dir / "student")
+        cfg = stage_config(recipe, stage, overrides, [*_here(stage_dir), f"distill.teacher={json.dumps(teacher)}"])
+    name = stage.options.get("base", "start") if stage.kind == "rft" else stage.options["student"]
+    report = sft_on_traces(stage.kind, resolve_model(teacher, f"stage {stage.name}"), cfg, stage_dir, fresh, reporter, name, compare=False)
+    row = _row(stage, stage_dir / "model", report["models"]["fresh"], stage_dir)
+    row["traces"] = {k: report["traces"][k] for k in ("prompts", "sampled", "verified", "kept", "prompts_without_survivor")}
+    return row
+
+
+def _eval_stage(recipe: Recipe, stage: StageSpec, overrides: list[str], current: str, start: str, stage_dir: Path, reporter: Reporter) -> dict:
+    """eval: the current model evaluated, unchanged."""
     from rlvr.commands.evaluate import evaluate_into
 
-    cfg = stage_config(recipe, stage, overrides, [*model_here, *here])
+    cfg = stage_config(recipe, stage, overrides, [f"model.path={json.dumps(current)}", *_here(stage_dir)])
     result = evaluate_into(resolve_model(current, f"stage {stage.name}"), cfg, stage.options.get("data"), stage_dir, reporter)
-    return _row(stage, Path(current), result, cfg, stage_dir)
+    return _row(stage, Path(current), result, stage_dir)
 
 
-def _row(stage: StageSpec, model: Path, final: dict, cfg: Config, stage_dir: Path) -> dict:
+def _row(stage: StageSpec, model: Path, final: dict, stage_dir: Path) -> dict:
     """A stage's line in the recipe table: its final held-out figures, and for RL each reward
     term's mean over the first and last tenth of its steps (a term rising shows here)."""
     row: dict[str, Any] = {
@@ -262,7 +307,8 @@ def _row(stage: StageSpec, model: Path, final: dict, cfg: Config, stage_dir: Pat
         not_terms = {"reward/std", "reward/missing", "reward/frac_groups_all_equal", "reward/kl_sequence"}
         terms = [k for k in records[0] if k.startswith("reward/") and k.count("/") == 1 and k not in not_terms]
         row["reward_terms"] = {
-            k.split("/", 1)[1]: {"first": _mean([r[k] for r in records[:tenth]]), "last": _mean([r[k] for r in records[-tenth:]])} for k in terms
+            k.split("/", 1)[1]: {"first": present_mean([r[k] for r in records[:tenth]]), "last": present_mean([r[k] for r in records[-tenth:]])}
+            for k in terms
         }
     return row
 
@@ -270,11 +316,6 @@ def _row(stage: StageSpec, model: Path, final: dict, cfg: Config, stage_dir: Pat
 def _samples_or_greedy(evaluation: dict, term: str) -> float | None:
     means = evaluation.get("terms", {}).get(term, {})
     return means.get("samples", means.get("greedy"))
-
-
-def _mean(values: list) -> float | None:
-    present = [v for v in values if v is not None]
-    return sum(present) / len(present) if present else None
 
 
 def recipe_table(rows: list[dict]) -> Table:
@@ -286,7 +327,7 @@ def recipe_table(rows: list[dict]) -> Table:
     for r in rows:
         ks = [int(n.split("@")[1]) for n in r["sampled"] if n.startswith("pass@")]
         n = max(ks, default=0)
-        cells = [_pct(r["sampled"].get(name)) for name in ("pass@1", f"pass@{n}", f"maj@{n}")] if n else ["", "", ""]
+        cells = [percent(r["sampled"].get(name)) for name in ("pass@1", f"pass@{n}", f"maj@{n}")] if n else ["", "", ""]
         table.add_row(r["stage"], r["kind"], f"{r['accuracy']:.1%}", str(n or ""), *cells, f"{r['mean_length']:.1f}", f"{r.get('seconds', 0):.0f}")
     return table
 
@@ -304,10 +345,6 @@ def reward_terms_table(rows: list[dict]) -> Table | None:
             h = held.get(name, {})
             table.add_row(r["stage"], name, _num(v["first"]), _num(v["last"]), _num(h.get("before")), _num(h.get("after")))
     return table if table.row_count else None
-
-
-def _pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.1%}"
 
 
 def _num(value: float | None) -> str:

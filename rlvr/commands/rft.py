@@ -30,14 +30,14 @@ from rich.table import Table
 
 from rlvr.checkpoint import STAGE_PREFIX, is_complete
 from rlvr.commands.evaluate import eval_config, evaluate_source
-from rlvr.config import Config, ConfigError, atomic_write_text, with_overrides
+from rlvr.config import Config, ConfigError, atomic_write_text, to_toml, with_overrides
 from rlvr.errors import RunStopped
 from rlvr.metrics import Reporter
 from rlvr.models import resolve_device, save_pretrained
 from rlvr.reward import build_reward_terms, close_reward_terms, correctness_term
 from rlvr.sources import ModelSource, resolve_model
-from rlvr.stages.evaluate import EvalResult, key_figures, write_eval
-from rlvr.stages.rejection import choose_prompts, rejection_sample
+from rlvr.stages.evaluate import EvalResult, key_figures, percent, write_eval
+from rlvr.stages.rejection import as_data_row, choose_prompts, rejection_sample
 
 TRACES, HELD_OUT, TRACES_REPORT = "traces.jsonl", "held_out.jsonl", "traces_report.json"
 
@@ -79,7 +79,8 @@ def student_settings(student: str, where: Path) -> list[str]:
 
 
 def _out_dir(out: str | None, command: str) -> Path:
-    out_dir = Path(out or f"runs/{command}-{datetime.now():%Y%m%d-%H%M%S}")
+    # resolved: the paths recorded in its config must not depend on how a rerun spells --out
+    out_dir = Path(out or f"runs/{command}-{datetime.now():%Y%m%d-%H%M%S}").resolve()
     if out_dir.exists() and not out_dir.is_dir():
         raise ConfigError(f"--out: {out_dir} is a file, not a directory")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -105,11 +106,11 @@ def sft_on_traces(kind: str, source: ModelSource, cfg: Config, out_dir: Path, mo
     source (and for rft the model RL started from) are evaluated beside it. Resumable in out_dir."""
     from rlvr.pipeline import load_splits, run as run_pipeline
 
+    sft_cfg = _sft_config(cfg, out_dir, model_settings)  # a bad SFT setting stops here, before any sampling
     train, held_out = load_splits(cfg)
     terms = build_reward_terms(cfg.reward)
     try:
         report = _traces(source, cfg, train, held_out, out_dir, terms, reporter)
-        sft_cfg = _sft_config(cfg, out_dir, model_settings)
         resume = (out_dir / "config.toml").is_file()
         summary = run_pipeline(sft_cfg, reporter, kind, resume=resume)
         evals = {"fresh": summary["eval"]["after_sft"]}
@@ -138,7 +139,10 @@ def sft_on_traces(kind: str, source: ModelSource, cfg: Config, out_dir: Path, mo
 
 def _traces(source: ModelSource, cfg: Config, train, held_out, out_dir: Path, terms, reporter: Reporter) -> dict:
     """traces.jsonl and held_out.jsonl (written once; a rerun reuses them if made with the same settings)."""
-    settings = {"source": source.spec, "rft": dict(cfg.rft.__dict__), "max_new_tokens": cfg.rollout.max_new_tokens, "seed": cfg.run.seed}
+    from rlvr.pipeline import data_fingerprint
+
+    settings = {"source": source.identity, "rft": dict(cfg.rft.__dict__), "max_new_tokens": cfg.rollout.max_new_tokens, "seed": cfg.run.seed,
+                "reward": to_toml(cfg.reward), "problems": data_fingerprint(train), "held_out": data_fingerprint(held_out)}
     done = out_dir / TRACES_REPORT
     if done.is_file():
         report = json.loads(done.read_text())
@@ -146,9 +150,9 @@ def _traces(source: ModelSource, cfg: Config, train, held_out, out_dir: Path, te
             raise ConfigError(f"--out: {out_dir} holds traces made with other settings ({report.get('settings')}); choose another --out")
         reporter.print(f"reusing {report['kept']} traces in {out_dir / TRACES}")
         return report
-    from rlvr.pipeline import configure_cpu_math, forward_precision
+    from rlvr.pipeline import apply_run_settings, forward_precision
 
-    configure_cpu_math()
+    apply_run_settings(cfg)
     device = resolve_device(cfg.run.device)
     model, tokenizer = source.load(cfg.run.dtype, str(device))
     prompts = choose_prompts(train, cfg.rft.prompts, cfg.run.seed)
@@ -164,28 +168,22 @@ def _traces(source: ModelSource, cfg: Config, train, held_out, out_dir: Path, te
             "nothing to fine-tune on. Sample more (rft.samples), at another temperature, or from a stronger model"
         )
     atomic_write_text(out_dir / TRACES, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in traces.rows))
-    atomic_write_text(out_dir / HELD_OUT, "".join(json.dumps(_held_out_row(e, cfg), ensure_ascii=False) + "\n" for e in held_out))
+    atomic_write_text(out_dir / HELD_OUT, "".join(json.dumps(as_data_row(e, cfg.data), ensure_ascii=False) + "\n" for e in held_out))
     atomic_write_text(done, json.dumps(report, indent=2) + "\n")  # last: its presence means the traces are complete
     return report
-
-
-def _held_out_row(e, cfg: Config) -> dict:
-    row = dict(e.info) if isinstance(e.info, dict) else {}
-    row.update({cfg.data.prompt_field: e.prompt, cfg.data.answer_field: e.answer})
-    if e.level is not None:
-        row[cfg.data.level_field] = e.level
-    row.pop(cfg.data.solution_field, None)
-    return row
 
 
 def _sft_config(cfg: Config, out_dir: Path, model_settings: list[str]) -> Config:
     """The SFT run: the same settings, trained on the traces, evaluated on the same held-out problems, no RL."""
     if cfg.sft.steps == 0:
-        raise ConfigError("sft.steps: is 0, but fine-tuning on the verified traces is what this command does; give sft.steps > 0")
+        raise ConfigError(
+            "sft.steps: is 0 (the source's config trained no SFT), but fine-tuning on the verified traces is what this command "
+            "does; give the SFT length, e.g. sft.steps=3000"
+        )
     paths = [f"data.train_path={json.dumps(str(out_dir / TRACES))}", f"data.eval_path={json.dumps(str(out_dir / HELD_OUT))}",
              f"run.output_dir={json.dumps(str(out_dir))}"]
-    # several traces of one problem share its id; the traces train SFT only
-    return with_overrides(cfg, ["data.source=jsonl", *paths, 'data.id_field=""', "train.steps=0", *model_settings])
+    # several traces of one problem share its id; the traces train SFT only; the next stage needs model/
+    return with_overrides(cfg, ["data.source=jsonl", *paths, 'data.id_field=""', "train.steps=0", "train.save_model=true", *model_settings])
 
 
 def _rl_start(source: ModelSource) -> ModelSource | None:
@@ -216,6 +214,6 @@ def models_table(models: dict[str, dict]) -> Table:
         table.add_column(name, justify="right")
     table.add_column("mean length", justify="right")
     for m in models.values():
-        table.add_row(m["name"], f"{m['accuracy']:.1%}", *["n/a" if m["sampled"].get(n) is None else f"{m['sampled'][n]:.1%}" for n in figures],
+        table.add_row(m["name"], f"{m['accuracy']:.1%}", *[percent(m["sampled"].get(n)) for n in figures],
                       f"{m['mean_length']:.1f}")
     return table

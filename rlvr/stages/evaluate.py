@@ -8,12 +8,13 @@ N sampled completions (at `eval.temperature`), from which, per problem and then 
 - pass@k: the chance that at least one of k samples is correct, by the unbiased estimator of
   Chen et al. 2021 (`estimators.pass_at_k`), not "any of the first k";
 - maj@k: the correctness of the majority answer of k samples (self-consistency), the answers
-  being the correctness verifier's canonical spellings (`answer_key`), ties split evenly;
+  being the correctness verifier's canonical spellings (`answer_key`), ties split evenly, an
+  answer's correctness the share of its samples with full marks;
 - mean@N: the mean verdict of the N samples (its expectation is the same for every k <= N).
 
 Every figure comes with a 95% interval from a bootstrap over problems. A sample counts as
-correct for pass@k when its verdict is full marks (1.0); mean@N and greedy accuracy average the
-verdicts themselves (partial credit counts). A missing verdict (None, error, timeout) is wrong
+correct for pass@k and maj@k when its verdict is full marks (1.0); mean@N and greedy accuracy
+average the verdicts themselves (partial credit counts). A missing verdict (None, error, timeout) is wrong
 and counted.
 
 Decoding is batched (prompts sorted by length, each prompt prefilled once for its N samples) on
@@ -171,7 +172,7 @@ def evaluate(
             {"prompt": e.prompt, "completion": t, "answer": e.answer, "reward": c, "level": e.level}
             for e, t, c in zip(examples, texts, correct)
         ],
-        terms={name: {"greedy": _present_mean(values)} for name, values in term_values.items()},
+        terms={name: {"greedy": present_mean(values)} for name, values in term_values.items()},
     )
     for row, sample in enumerate(result.samples):
         sample.update({name: values[row] for name, values in term_values.items()})
@@ -204,10 +205,10 @@ def _sample(run: _Evaluation, seed: int, result: EvalResult, columns: dict[str, 
     for rows in rows_out:
         scores = [r["reward"] or 0.0 for r in rows]
         solved = sum(v == 1.0 for v in scores)
-        votes: dict[str, list[float]] = defaultdict(list)
+        votes: dict[str, list[float]] = defaultdict(list)  # answer -> whether each of its samples had full marks
         for r, score in zip(rows, scores):
             if r["answer_key"] is not None:
-                votes[r["answer_key"]].append(score)
+                votes[r["answer_key"]].append(float(score == 1.0))
         any_key = any_key or bool(votes)
         groups = [(len(v), sum(v) / len(v)) for v in votes.values()]
         unanswered = N - sum(len(v) for v in votes.values())
@@ -226,8 +227,8 @@ def _sample(run: _Evaluation, seed: int, result: EvalResult, columns: dict[str, 
     }
     columns.update({name: values for name, values in per_problem.items() if None not in values})  # type: ignore[misc]
     for term in run.others:  # each other term's mean over the samples, and per problem for its interval
-        per_problem_mean = [_present_mean([r[term.name] for r in rows]) for rows in rows_out]
-        result.terms[term.name]["samples"] = _present_mean([r[term.name] for rows in rows_out for r in rows])
+        per_problem_mean = [present_mean([r[term.name] for r in rows]) for rows in rows_out]
+        result.terms[term.name]["samples"] = present_mean([r[term.name] for rows in rows_out for r in rows])
         if all(v is not None for v in per_problem_mean):
             columns[f"{term.name} (samples)"] = per_problem_mean  # type: ignore[assignment]
     all_rows = [r for rows in rows_out for r in rows]
@@ -237,8 +238,8 @@ def _sample(run: _Evaluation, seed: int, result: EvalResult, columns: dict[str, 
                             "level": examples[r["problem"]].level, **r} for r in all_rows]
 
 
-def _present_mean(values: list[float | None]) -> float | None:
-    """The mean of the values a term gave (None: it did not apply to that row), or None if none."""
+def present_mean(values: list[float | None]) -> float | None:
+    """The mean of the values that are there (a term's None: it did not apply to that row), or None if none are."""
     present = [v for v in values if v is not None]
     return sum(present) / len(present) if present else None
 
@@ -275,6 +276,11 @@ def write_eval(run_dir: Path, name: str, result: EvalResult) -> None:
     atomic_write_text(run_dir / f"eval_{name}.jsonl", "".join(json.dumps(row) + "\n" for row in result.samples))
     if result.sampled_rows:
         atomic_write_text(run_dir / f"eval_{name}_samples.jsonl", "".join(json.dumps(row) + "\n" for row in result.sampled_rows))
+
+
+def percent(value: float | None) -> str:
+    """A figure for a table: '84.2%', or 'n/a' for one that does not exist."""
+    return "n/a" if value is None else f"{value:.1%}"
 
 
 def key_figures(names) -> list[str]:

@@ -102,19 +102,19 @@ def rejection_sample(
                                      prompt_messages=chat_prompts(tokenizer, per_row, data_cfg), completion_ids=completion_id_lists(out)).values
         for j, (row, e) in enumerate(zip(rows, batch)):
             level = "all" if e.level is None else str(e.level)
-            span = range(j * k, (j + 1) * k)
-            verified = [s - j * k for s in span if verdicts[s] == 1.0]
-            ended = [s for s in verified if not truncated[j * k + s]]
-            chosen = select_survivors([(s, texts[j * k + s], lengths[j * k + s]) for s in ended], cfg.max_per_prompt, cfg.select, pick)
+            mine = range(j * k, (j + 1) * k)  # this prompt's k rows of the batch
+            verified = [i for i in mine if verdicts[i] == 1.0]
+            ended = [i for i in verified if not truncated[i]]
+            chosen = select_survivors([(i - j * k, texts[i], lengths[i]) for i in ended], cfg.max_per_prompt, cfg.select, pick)
             for tally in (counts[level], counts["total"]):
                 tally["prompts"] += 1
                 tally["sampled"] += k
                 tally["verified"] += len(verified)
                 tally["verified_but_cut"] += len(verified) - len(ended)
-                tally["distinct_verified"] += len({texts[j * k + s].strip() for s in ended})
+                tally["distinct_verified"] += len({texts[i].strip() for i in ended})
                 tally["kept"] += len(chosen)
                 tally["prompts_without_survivor"] += not chosen
-            kept[row] = [_as_row(e, data_cfg, text, n, s, source) for s, text, n in chosen]
+            kept[row] = [as_data_row(e, data_cfg, text, source_model=source, sample=s, completion_tokens=n) for s, text, n in chosen]
         bar.advance()
     no_survivor = [examples[i].prompt for i in range(len(examples)) if not kept.get(i)]
     total = dict(counts.pop("total", {}))
@@ -128,11 +128,14 @@ def rejection_sample(
     return Traces([r for i in range(len(examples)) for r in kept.get(i, [])], report)
 
 
-def _as_row(e: Example, cfg: DataConfig, completion: str, tokens: int, sample: int, source: str) -> dict:
-    """The problem's own data row with the completion as its solution (loads back with `cfg`)."""
-    row = {k: v for k, v in e.info.items()} if isinstance(e.info, dict) else {}
-    row.update({cfg.prompt_field: e.prompt, cfg.answer_field: e.answer, cfg.solution_field: completion})
+def as_data_row(e: Example, cfg: DataConfig, solution: str | None = None, **extra) -> dict:
+    """The problem as a data row that loads back with `cfg` (its own fields, then prompt, answer,
+    level, and `solution` when given, else none), plus `extra` fields."""
+    row = dict(e.info) if isinstance(e.info, dict) else {}
+    row.update({cfg.prompt_field: e.prompt, cfg.answer_field: e.answer})
+    row.pop(cfg.solution_field, None)
+    if solution is not None:
+        row[cfg.solution_field] = solution
     if e.level is not None:
         row[cfg.level_field] = e.level
-    row.update({"source_model": source, "sample": sample, "completion_tokens": tokens})
-    return row
+    return {**row, **extra}

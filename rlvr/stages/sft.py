@@ -80,7 +80,9 @@ def sft_backward(
             with torch.no_grad():
                 teacher_BTV = completion_log_softmax(teacher, prompt_ids, prompt_mask, ids_BT, mask_BT)
             nll_BT = -torch.gather(student_BTV, 2, ids_BT.unsqueeze(2)).squeeze(2)
-            kl_BT = (teacher_BTV.exp() * (teacher_BTV - student_BTV)).sum(dim=-1)  # KL(teacher || student) per position
+            # KL(teacher || student) per position; a token the teacher gives probability 0 adds 0 (not 0 * -inf = NaN)
+            kl_BTV = torch.where(teacher_BTV > float("-inf"), teacher_BTV.exp() * (teacher_BTV - student_BTV), 0.0)
+            kl_BT = kl_BTV.sum(dim=-1)
             loss_BT = nll_BT + kl_coef * kl_BT
         loss = aggregate(loss_BT, mask_BT, "token_mean", normalizer=n_tokens)
         backward_outside_autocast(loss)
