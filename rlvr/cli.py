@@ -41,7 +41,11 @@ OVERRIDES = typer.Argument(None, help="Dotted overrides such as algo.beta=0.04 (
 @contextlib.contextmanager
 def exit_codes() -> Iterator[None]:
     """The two error families as exit statuses, with the message and no traceback: bad usage,
-    config or data -> 2; a run that had to stop -> 1."""
+    config or data -> 2; a run that had to stop -> 1. Transformers' own progress bars (loading and
+    saving weights, many times in a recipe) are switched off: rlvr's phase bars say where a run is."""
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()
     try:
         yield
     except UsageError as err:

@@ -119,9 +119,17 @@ class PhaseBar:
             self._progress.update(self._task, advance=1, info=info)
 
 
+NOT_TERMS = {"reward/mean", "reward/std", "reward/missing", "reward/frac_groups_all_equal", "reward/kl_sequence"}
+
+
+def moving_average(values: list[float], window: int) -> list[float]:
+    return [sum(values[max(0, i - window + 1) : i + 1]) / len(values[max(0, i - window + 1) : i + 1]) for i in range(len(values))]
+
+
 def plot_reward_curve(records: list[dict[str, Any]], path: str | Path, evals: dict[str, float] | None = None) -> None:
-    """reward/mean per RL step with a moving average, held-out accuracy before/after, and the
-    held-out curve when the run evaluated during RL (eval.every)."""
+    """reward/mean per RL step with a moving average, each reward term's moving average when there
+    are several, held-out accuracy before/after, and the held-out curve when the run evaluated
+    during RL (eval.every), starting from the evaluation before RL."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -131,19 +139,26 @@ def plot_reward_curve(records: list[dict[str, Any]], path: str | Path, evals: di
     steps = [r["step"] for r in records]
     rewards = [r["reward/mean"] for r in records]
     window = max(1, len(rewards) // 20)
-    smooth = [sum(rewards[max(0, i - window + 1) : i + 1]) / len(rewards[max(0, i - window + 1) : i + 1]) for i in range(len(rewards))]
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.plot(steps, rewards, alpha=0.3, label="train reward (mean of batch)")
-    ax.plot(steps, smooth, label=f"moving average ({window} steps)")
+    ax.plot(steps, moving_average(rewards, window), label=f"moving average ({window} steps)")
+    terms = [k for k in (records[0] if records else {}) if k.startswith("reward/") and k.count("/") == 1 and k not in NOT_TERMS]
+    if len(terms) > 1:  # a reward mix: each term on its own
+        for key in terms:
+            points = [(r["step"], r[key]) for r in records if r.get(key) is not None]
+            if points:
+                ax.plot([s for s, _ in points], moving_average([v for _, v in points], window), linewidth=1, linestyle="-.",
+                        label=f"{key.split('/', 1)[1]} (moving average)")
     held_out = [(r["step"], r["eval/accuracy"]) for r in records if r.get("eval/accuracy") is not None]
-    if held_out:  # eval.every: the held-out curve during RL
-        ax.plot(*zip(*held_out), marker="o", markersize=3, color="black", label="held-out greedy accuracy (eval.every)")
+    if held_out:  # eval.every: the held-out curve during RL, from the evaluation before it
+        start = [(0, next(iter(evals.values())))] if evals else []
+        ax.plot(*zip(*(start + held_out)), marker="o", markersize=3, color="black", label="held-out greedy accuracy (eval.every)")
     if evals:
         for (name, acc), style in zip(evals.items(), ("--", ":")):
             ax.axhline(acc, linestyle=style, color="gray", label=f"held-out greedy accuracy {name}: {acc:.1%}")
     ax.set_xlabel("RL step")
     ax.set_ylabel("reward / accuracy")
-    ax.set_ylim(-0.02, 1.02)
+    ax.set_ylim(-0.02, max([1.02] + [v + 0.05 for v in rewards]))  # a weighted mix can sum past 1
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right", fontsize=8)
     ax.set_title("Reward during RL")

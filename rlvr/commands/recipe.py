@@ -47,7 +47,7 @@ from rich.table import Table
 
 from rlvr.checkpoint import fault_point
 from rlvr.config import Config, ConfigError, read_toml, atomic_write_text, load_config
-from rlvr.metrics import Reporter, read_jsonl_records
+from rlvr.metrics import NOT_TERMS, Reporter, read_jsonl_records
 from rlvr.models import build_char_tokenizer, build_tiny_model, save_pretrained
 from rlvr.commands.evaluate import correctness_name
 from rlvr.sources import resolve_model
@@ -304,8 +304,7 @@ def _row(stage: StageSpec, model: Path, final: dict, stage_dir: Path) -> dict:
     if stage.kind == "rl" and metrics.is_file():
         records = read_jsonl_records(metrics)
         tenth = max(1, len(records) // 10)
-        not_terms = {"reward/std", "reward/missing", "reward/frac_groups_all_equal", "reward/kl_sequence"}
-        terms = [k for k in records[0] if k.startswith("reward/") and k.count("/") == 1 and k not in not_terms]
+        terms = [k for k in records[0] if k.startswith("reward/") and k.count("/") == 1 and k not in NOT_TERMS - {"reward/mean"}]
         row["reward_terms"] = {
             k.split("/", 1)[1]: {"first": present_mean([r[k] for r in records[:tenth]]), "last": present_mean([r[k] for r in records[-tenth:]])}
             for k in terms
