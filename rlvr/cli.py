@@ -177,6 +177,9 @@ def eval_command(
     temperature: Optional[float] = typer.Option(None, help="Sampling temperature (default: eval.temperature)."),
     k: Optional[str] = typer.Option(None, "--k", help="k values, e.g. 1,2,4,8 (each <= --samples; default: powers of two up to N)."),
     compare: Optional[str] = typer.Option(None, help="A second model evaluated on the same problems, e.g. the RL run's start: runs/a@sft."),
+    thinking_budget: Optional[str] = typer.Option(
+        None, "--thinking-budget", help="Budgets of thinking tokens, e.g. 0,4,8,16,32,64: the model evaluated at each (budget forcing, thinking.*)."
+    ),
     out: Optional[str] = typer.Option(None, help="Output directory (default: runs/eval-<time>)."),
     config: Optional[str] = typer.Option(None, "--config", "-c", help="TOML file for a model directory (a run brings its own)."),
     quiet: bool = typer.Option(False, help="No progress bars."),
@@ -188,13 +191,19 @@ def eval_command(
     flags = [f"eval.samples={samples}"] if samples is not None else []
     flags += [f"eval.temperature={temperature}"] if temperature is not None else []
     if k is not None:
-        try:
-            flags.append(f"eval.k={[int(v) for v in k.split(',') if v.strip()]}")
-        except ValueError:
-            console.print(f"[red]error:[/] --k: expected comma-separated integers such as 1,2,4,8, got {k!r}")
-            raise typer.Exit(EXIT_USAGE) from None
+        flags.append(f"eval.k={_integers('--k', k)}")
+    budgets = _integers("--thinking-budget", thinking_budget) if thinking_budget is not None else None
     with exit_codes():
-        run_eval(model, [*(overrides or []), *flags], Reporter(console, enabled=not quiet), config_path=config, data=data, compare=compare, out=out)
+        run_eval(model, [*(overrides or []), *flags], Reporter(console, enabled=not quiet), config_path=config, data=data, compare=compare,
+                 out=out, budgets=budgets)
+
+
+def _integers(option: str, text: str) -> list[int]:
+    try:
+        return [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        console.print(f"[red]error:[/] {option}: expected comma-separated integers such as 1,2,4,8, got {text!r}")
+        raise typer.Exit(EXIT_USAGE) from None
 
 
 def _rft_flags(samples: Optional[int], max_per_prompt: Optional[int], select: Optional[str], prompts: Optional[int]) -> list[str]:

@@ -131,6 +131,12 @@ class TaskConfig:
     num_train: int = knob(20000, "Training problems generated from the seed.")
     num_eval: int = knob(600, "Held-out problems, split evenly across difficulty levels, never in train.")
     prompt_template: str = knob("{expr}=", "How a problem is shown to the model; {expr} is the expression.")
+    format: Literal["plain", "think", "fused"] = knob(
+        "plain", "Completions: 'plain' (working, then the box); 'think' (the working inside <think>...</think>, a direct "
+        "answer as an empty block <think></think>, then the box); 'fused' (as 'think', and each prompt ends in a mode "
+        "flag, ' /think' or ' /no_think', that says which; held-out problems are evaluated in both modes)."
+    )
+    think_fraction: float = knob(0.5, "format = 'fused': share of training prompts flagged /think (the rest /no_think).")
 
     def validate(self) -> None:
         _require(1 <= self.min_ops <= self.max_ops, "task.min_ops", "must satisfy 1 <= min_ops <= max_ops")
@@ -139,6 +145,7 @@ class TaskConfig:
         _require(self.num_train > 0, "task.num_train", "must be > 0")
         _require(self.num_eval > 0, "task.num_eval", "must be > 0")
         _require("{expr}" in self.prompt_template, "task.prompt_template", "must contain {expr}")
+        _require(0.0 <= self.think_fraction <= 1.0, "task.think_fraction", "must be in [0, 1]")
 
 
 @dataclass
@@ -155,11 +162,19 @@ class DataConfig:
     skip_bad_rows: bool = knob(False, "Leave bad JSONL rows out (each reported and counted) instead of refusing the file.")
     system_prompt: str = knob("", "System message for chat-template models; empty sends none.")
     use_chat_template: bool = knob(True, "Wrap prompts in the tokenizer's chat template when it has one.")
+    chat_template: str = knob("", "A Jinja chat template file used instead of the tokenizer's own (also for a tokenizer that has none).")
+    chat_template_kwargs: dict[str, Any] = knob(
+        {}, "Extra variables for the chat template, e.g. {enable_thinking = false} for Qwen3's thinking switch "
+        "(passed to apply_chat_template)."
+    )
 
     def validate(self) -> None:
         if self.source == "jsonl":
             _require(bool(self.train_path), "data.train_path", "is required when data.source = 'jsonl'")
         _require(0.0 < self.eval_fraction < 1.0, "data.eval_fraction", "must be in (0, 1)")
+        _require(not self.chat_template or Path(self.chat_template).is_file(), "data.chat_template", f"{self.chat_template} is not a file")
+        reserved = {"messages", "tokenize", "add_generation_prompt", "chat_template", "conversation"} & set(self.chat_template_kwargs)
+        _require(not reserved, "data.chat_template_kwargs", f"{sorted(reserved)} are set by rlvr itself, not by the template's variables")
 
 
 @dataclass
@@ -191,6 +206,12 @@ class RolloutConfig:
     temperature: float = knob(1.0, "Sampling temperature; the update scores tokens at the same temperature.")
     top_p: float = knob(1.0, "Nucleus sampling mass (1.0 = off).")
     max_new_tokens: int = knob(64, "Longest completion; longer ones are cut and usually score 0.")
+    top_k: int = knob(0, "Sample among the k most likely tokens only (0 = off).")
+    min_p: float = knob(0.0, "Drop tokens less likely than min_p times the most likely one (0 = off; Nguyen et al. 2024).")
+    stop: list[str] = knob(
+        [], "Stop strings: a completion ends when its tokens end with one (kept in it, like EOS); used in RL sampling, "
+        "evaluation and rejection sampling alike."
+    )
     engine: Literal["auto", "static", "transformers"] = knob(
         "auto",
         "Decoding forward pass: 'static' drives a Llama/Mistral/Qwen2/Qwen3 model's layers with a preallocated KV "
@@ -203,6 +224,9 @@ class RolloutConfig:
         _require(self.temperature > 0, "rollout.temperature", "must be > 0")
         _require(0.0 < self.top_p <= 1.0, "rollout.top_p", "must be in (0, 1]")
         _require(self.max_new_tokens > 0, "rollout.max_new_tokens", "must be > 0")
+        _check_truncation("rollout", self.top_k, self.min_p)
+        for i, stop in enumerate(self.stop):
+            _require(bool(stop), f"rollout.stop[{i}]", "is empty")
 
 
 @dataclass
@@ -326,6 +350,8 @@ class RFTConfig:
     )
     temperature: float = knob(1.0, "Sampling temperature of the rejection-sampled completions.")
     top_p: float = knob(1.0, "Nucleus sampling mass of the rejection-sampled completions (1.0 = off).")
+    top_k: int = knob(0, "Top-k truncation of the rejection-sampled completions (0 = off).")
+    min_p: float = knob(0.0, "Min-p truncation of the rejection-sampled completions (0 = off).")
     batch_size: int = knob(512, "Completions decoded at once while sampling (prompts x rft.samples).")
 
     def validate(self) -> None:
@@ -335,6 +361,26 @@ class RFTConfig:
         _require(self.temperature > 0, "rft.temperature", "must be > 0")
         _require(0.0 < self.top_p <= 1.0, "rft.top_p", "must be in (0, 1]")
         _require(self.batch_size >= 1, "rft.batch_size", "must be >= 1")
+        _check_truncation("rft", self.top_k, self.min_p)
+
+
+@dataclass
+class ThinkingConfig:
+    open: str = knob("<think>", "The tag that opens a completion's thinking block.")
+    close: str = knob("</think>", "The tag that closes it.")
+    budget: int = knob(
+        -1, "Evaluation only: thinking tokens a completion may write inside its block; then `forced` is written and the "
+        "model answers from there (budget forcing). -1 = no budget; 0 = answer at once."
+    )
+    forced: str = knob(
+        "</think>", "What is written when the budget is spent: the closing tag, and optionally a cue before or after it "
+        "(Qwen3: 'Considering the limited time by the user, I have to give the solution based on the thinking directly now.\n</think>.\n\n')."
+    )
+
+    def validate(self) -> None:
+        _require(bool(self.open) and bool(self.close), "thinking.open", "and thinking.close must not be empty")
+        _require(self.budget >= -1, "thinking.budget", "must be -1 (none) or >= 0")
+        _require(self.close in self.forced, "thinking.forced", f"must contain the closing tag {self.close!r}, or the block never closes")
 
 
 @dataclass
@@ -363,6 +409,8 @@ class EvalConfig:
     )
     temperature: float = knob(1.0, "Sampling temperature of the eval.samples completions.")
     top_p: float = knob(1.0, "Nucleus sampling mass of the eval.samples completions (1.0 = off).")
+    top_k: int = knob(0, "Top-k truncation of the eval.samples completions (0 = off).")
+    min_p: float = knob(0.0, "Min-p truncation of the eval.samples completions (0 = off).")
     k: list[int] = knob([], "The k of pass@k and maj@k, each at most eval.samples; empty = powers of two up to eval.samples, and eval.samples.")
     bootstrap_rounds: int = knob(1000, "Bootstrap resamples of the problems for the 95% intervals.")
     every: int = knob(
@@ -378,6 +426,7 @@ class EvalConfig:
         _require(self.temperature > 0, "eval.temperature", "must be > 0")
         _require(0.0 < self.top_p <= 1.0, "eval.top_p", "must be in (0, 1]")
         _require(self.bootstrap_rounds >= 1, "eval.bootstrap_rounds", "must be >= 1")
+        _check_truncation("eval", self.top_k, self.min_p)
         _require(self.every >= 0, "eval.every", "must be >= 0")
         for i, k in enumerate(self.k):
             _require(k >= 1, f"eval.k[{i}]", f"must be >= 1, got {k}")
@@ -469,6 +518,7 @@ class Config:
     eval: EvalConfig = section(EvalConfig, "Held-out evaluation.")
     rft: RFTConfig = section(RFTConfig, "Rejection sampling: verified completions of a model as SFT data (`rlvr rft`, `rlvr distill`).")
     distill: DistillConfig = section(DistillConfig, "Distillation: the teacher's token-level term in SFT.")
+    thinking: ThinkingConfig = section(ThinkingConfig, "Thinking blocks: their tags, and a thinking budget at evaluation.")
 
     def validate(self, for_training: bool = True) -> "Config":
         """Check every field and the settings that contradict each other. `for_training=False`
@@ -502,7 +552,7 @@ class Config:
         if not self.model.path:  # the tiny lab model has a fixed context: prompt + completion must fit
             longest_prompt = len(self.task.prompt_template.replace("{expr}", "")) + 2 * self.task.max_ops + 1 + (
                 (self.task.max_ops + 1) * (len(str(self.task.max_operand)) - 1)
-            )
+            ) + (len(" /no_think") if self.task.format == "fused" else 0)
             longest = longest_prompt + max(self.rollout.max_new_tokens, self.eval.max_new_tokens)
             _require(
                 longest <= self.model.tiny.max_positions,
@@ -532,6 +582,11 @@ class Config:
 # ----------------------------------------------------------------------------- loading
 
 
+def _check_truncation(section: str, top_k: int, min_p: float) -> None:
+    _require(top_k >= 0, f"{section}.top_k", "must be >= 0")
+    _require(0.0 <= min_p < 1.0, f"{section}.min_p", "must be in [0, 1)")
+
+
 def _require(ok: bool, name: str, why: str) -> None:
     if not ok:
         raise ConfigError(f"{name}: {why}")
@@ -550,6 +605,14 @@ def _check_choices(obj: Any, prefix: str = "") -> None:
 def _coerce(value: Any, annotation: Any, name: str) -> Any:
     """Check one TOML value against a field's annotation; ints widen to floats, nothing else."""
     origin = typing.get_origin(annotation)
+    if origin is dict:  # a table of template variables: string keys, scalar (or list-of-scalar) values
+        if not isinstance(value, dict):
+            raise ConfigError(f"{name}: expected a table such as {{key = value}}, got {value!r}")
+        for key, item in value.items():
+            scalars = (str, int, float, bool)
+            if not (isinstance(item, scalars) or (isinstance(item, list) and all(isinstance(v, scalars) for v in item))):
+                raise ConfigError(f"{name}.{key}: expected a string, number, boolean or a list of them, got {item!r}")
+        return dict(value)
     if origin is list:
         if isinstance(value, str) and typing.get_args(annotation) == (str,):
             value = [value]  # `reward.functions=boxed_math` on the command line means a list of one
@@ -801,6 +864,8 @@ def with_overrides(cfg: Config, overrides: list[str], for_training: bool = True)
 
 
 def _toml_value(value: Any) -> str:
+    if isinstance(value, dict):  # an inline table; keys quoted (a JSON string is a TOML basic string)
+        return "{" + ", ".join(f"{json.dumps(str(k), ensure_ascii=False)} = {_toml_value(v)}" for k, v in value.items()) + "}"
     if isinstance(value, list):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     if isinstance(value, bool):
@@ -865,7 +930,7 @@ def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
 
 # What a resumed run may change without breaking "same result as an uninterrupted run".
 RESUMABLE_CHANGES = ("run.output_dir", "run.threads", "run.device", "train.steps", "train.save_model", "train.log_samples_every",
-                     "train.max_nonfinite_steps", "checkpoint.", "eval.", "rft.", "reward.workers", "reward.timeout_s", "reward.max_missing_frac")
+                     "train.max_nonfinite_steps", "checkpoint.", "eval.", "rft.", "thinking.budget", "reward.workers", "reward.timeout_s", "reward.max_missing_frac")
 
 
 def changes_breaking_resume(saved: Config, new: Config) -> list[str]:

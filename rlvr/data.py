@@ -7,6 +7,7 @@ user JSONL, produces the same type, and every JSONL line is validated before tra
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import random
@@ -40,7 +41,15 @@ def boxed(answer: str) -> str:
 
 
 def uses_chat_template(tokenizer: PreTrainedTokenizerBase, cfg: DataConfig) -> bool:
-    return bool(cfg.use_chat_template and getattr(tokenizer, "chat_template", None))
+    return bool(cfg.use_chat_template and (cfg.chat_template or getattr(tokenizer, "chat_template", None)))
+
+
+@functools.lru_cache(maxsize=8)
+def _template_text(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise DataError(f"data.chat_template: cannot read {path}: {err}") from None
 
 
 def prompt_messages(prompt: str, cfg: DataConfig) -> list[dict[str, str]]:
@@ -53,7 +62,9 @@ def prompt_messages(prompt: str, cfg: DataConfig) -> list[dict[str, str]]:
 def format_prompt(tokenizer: PreTrainedTokenizerBase, prompt: str, cfg: DataConfig) -> str:
     """The exact text the model is conditioned on: the chat template when the tokenizer has one."""
     if uses_chat_template(tokenizer, cfg):
-        return tokenizer.apply_chat_template(prompt_messages(prompt, cfg), tokenize=False, add_generation_prompt=True)
+        template = _template_text(cfg.chat_template) if cfg.chat_template else None
+        return tokenizer.apply_chat_template(prompt_messages(prompt, cfg), tokenize=False, add_generation_prompt=True, chat_template=template,
+                                             **cfg.chat_template_kwargs)
     return prompt
 
 

@@ -21,6 +21,7 @@ from rlvr.config import Config
 from rlvr.data import Example, chat_prompts, format_prompt
 from rlvr.models import reference_for
 from rlvr.rollout import Rollouts, decode_completions, encode_prompts, generate
+from rlvr.rollout.controls import encode_stops
 from rlvr.update import UpdateSettings, rl_update, sequence_kl_to_reference
 
 
@@ -81,6 +82,7 @@ class LocalLearner:
         self.optimizer = torch.optim.AdamW(trainable, lr=tc.lr, betas=(0.9, 0.99), weight_decay=tc.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: min(1.0, (s + 1) / max(1, tc.warmup_steps)))
         self.generator = torch.Generator(device=self.device).manual_seed(cfg.run.seed)
+        self.stops = encode_stops(tokenizer, cfg.rollout.stop)
         self.gradient_checkpointing = cfg.model.gradient_checkpointing
         if self.gradient_checkpointing:
             policy.gradient_checkpointing_enable()
@@ -95,6 +97,7 @@ class LocalLearner:
             self.policy, prompt_ids, prompt_mask,
             max_new_tokens=rc.max_new_tokens, eos_id=self.tokenizer.eos_token_id, pad_id=self.tokenizer.pad_token_id,
             temperature=rc.temperature, top_p=rc.top_p, generator=self.generator, group_size=G, engine=rc.engine,
+            top_k=rc.top_k, min_p=rc.min_p, stops=self.stops,
         )
         per_row = [e for e in examples for _ in range(G)]
         return Generation([p for p in distinct for _ in range(G)], rollouts, decode_completions(self.tokenizer, rollouts),

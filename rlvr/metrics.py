@@ -201,6 +201,43 @@ def plot_pass_at_k(curves: dict[str, dict[str, Any]], path: str | Path, title: s
     _save_figure(fig, path)
 
 
+def plot_thinking_budget(budgets: dict[str, dict[str, Any]], path: str | Path, title: str) -> None:
+    """Greedy held-out accuracy (overall and per level) and mean total completion length against
+    the thinking budget; the unbudgeted run as dotted lines. `budgets`: {"none" | "<b>": EvalResult.summary()}."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points = sorted((int(b), r) for b, r in budgets.items() if b != "none")
+    natural = budgets.get("none")
+    fig, (acc_ax, len_ax) = plt.subplots(1, 2, figsize=(10, 4))
+    xs = [b for b, _ in points]
+    acc_ax.plot(xs, [r["accuracy"] for _, r in points], marker="o", color="black", label="all levels")
+    levels = sorted({lv for _, r in points for lv in r["by_level"]})
+    for level in levels:
+        acc_ax.plot(xs, [r["by_level"].get(level) for _, r in points], marker=".", linewidth=1, label=f"level {level}")
+    for mode in dict.fromkeys(m for _, r in points for m in r.get("by_mode", {})):  # a fused model: each mode's prompts
+        acc_ax.plot(xs, [r["by_mode"].get(mode, {}).get("accuracy") for _, r in points], marker="s", linestyle="--", label=f"{mode} prompts")
+    len_ax.plot(xs, [r["mean_length"] for _, r in points], marker="o", color="black", label="all levels")
+    for level in levels:
+        len_ax.plot(xs, [r.get("length_by_level", {}).get(level) for _, r in points], marker=".", linewidth=1, label=f"level {level}")
+    if natural is not None:
+        acc_ax.axhline(natural["accuracy"], linestyle=":", color="gray", label=f"no budget: {natural['accuracy']:.1%}")
+        len_ax.axhline(natural["mean_length"], linestyle=":", color="gray", label=f"no budget: {natural['mean_length']:.1f}")
+    for ax, label in ((acc_ax, "held-out greedy accuracy"), (len_ax, "mean completion length (tokens)")):
+        ax.set_xlabel("thinking budget (tokens)")
+        ax.set_ylabel(label)
+        if xs and min(xs) >= 0 and max(xs) > 0:
+            ax.set_xscale("symlog", linthresh=1)
+            ax.set_xticks(xs, [str(x) for x in xs])
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    acc_ax.set_ylim(-0.02, 1.02)
+    fig.suptitle(title, fontsize=10)
+    _save_figure(fig, path)
+
+
 def _save_figure(fig: Any, path: str | Path) -> None:
     """Write a matplotlib figure atomically (a reader never sees half a PNG) and close it."""
     import matplotlib.pyplot as plt

@@ -41,19 +41,22 @@ class ModelError(ConfigError):
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
 # Multi-character pieces that get one token each, so a boxed answer costs 2 tokens of syntax.
 WORD_TOKENS = ["\\boxed{", "\\frac{"]
+THINK_TOKENS = ["<think>", "</think>"]  # added (after everything else) only for thinking-format tasks
 CHARACTERS = string.digits + string.ascii_letters + " \n+-*/^()[]{}=.,:;?!'\"<>_%$\\|&#@~"
 
 
-def build_char_tokenizer() -> PreTrainedTokenizerFast:
-    """A character-level tokenizer (plus a few LaTeX words) wrapped as a transformers tokenizer."""
-    pieces = [PAD, EOS, UNK] + list(dict.fromkeys(CHARACTERS)) + WORD_TOKENS
+def build_char_tokenizer(thinking: bool = False) -> PreTrainedTokenizerFast:
+    """A character-level tokenizer (plus a few LaTeX words) wrapped as a transformers tokenizer.
+    With `thinking`, `<think>` and `</think>` are one token each (appended: every other id stays)."""
+    words = WORD_TOKENS + (THINK_TOKENS if thinking else [])
+    pieces = [PAD, EOS, UNK] + list(dict.fromkeys(CHARACTERS)) + words
     vocab = {piece: i for i, piece in enumerate(pieces)}
     tok = Tokenizer(WordLevel(vocab, unk_token=UNK))
     # Every character is its own pre-token; added tokens (\boxed{) are matched before this split.
     tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
     tok.decoder = decoders.Fuse()  # concatenate pieces: no spaces inserted on decode
     tok.add_special_tokens([AddedToken(t, special=True) for t in (PAD, EOS, UNK)])
-    tok.add_tokens([AddedToken(w, special=False, normalized=False) for w in WORD_TOKENS])
+    tok.add_tokens([AddedToken(w, special=False, normalized=False) for w in words])
     return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD, eos_token=EOS, unk_token=UNK)
 
 

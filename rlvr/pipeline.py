@@ -113,7 +113,7 @@ def prepare_model(cfg: Config, run_dir: Path):
     device = resolve_device(cfg.run.device)
     path = cfg.model.path
     if not path:
-        tokenizer = build_char_tokenizer()
+        tokenizer = build_char_tokenizer(thinking=cfg.task.format != "plain")
         path = str(save_pretrained(build_tiny_model(tokenizer, cfg.model.tiny, cfg.run.seed), tokenizer, run_dir / "init"))
     tokenizer = load_tokenizer(path, cfg.model.trust_remote_code)
     model = load_model(path, cfg.run.dtype, str(device), cfg.model.trust_remote_code)
@@ -262,7 +262,7 @@ def sft_stage(ctx: RunContext) -> None:
     teacher's token-level term when distill.kl_coef > 0. Resumes from its newest sft-* checkpoint."""
     cfg = ctx.cfg
     if cfg.data.source == "arithmetic":
-        targets = arithmetic_sft_targets(ctx.train, cfg.sft.batch_size, cfg.sft.worked_fraction, cfg.run.seed)
+        targets = arithmetic_sft_targets(ctx.train, cfg.sft.batch_size, cfg.sft.worked_fraction, cfg.run.seed, cfg.task.format)
     else:
         targets = solution_targets(ctx.train, cfg.sft.batch_size, cfg.run.seed)
     pairs = ((format_prompt(ctx.tokenizer, e.prompt, cfg.data), target) for e, target in targets)
@@ -318,18 +318,26 @@ def eval_stage(name: str, ctx: RunContext) -> None:
     fault_point(f"eval_{name}")
     with ctx.reporter.phase(f"eval:{name}", num_batches(len(held_out), cfg.eval)) as bar:
         result = ctx.timed(f"eval_{name}", lambda: evaluate(ctx.model, ctx.tokenizer, held_out, cfg.data, cfg.eval, correctness_term(ctx.reward_terms),
-                                                            bar, engine=cfg.rollout.engine, seed=cfg.run.seed, others=other_terms(ctx.reward_terms)))
+                                                            bar, **evaluation_options(cfg), others=other_terms(ctx.reward_terms)))
     write_eval(ctx.run_dir, name, result)
     ctx.evals[name] = result
+    modes = "".join(f"  {mode}: {m['accuracy']:.1%} (length {m['mean_length']:.1f})" for mode, m in result.by_mode.items())
+    thinking = f"  well-formed thinking {result.well_formed:.0%}" if result.well_formed is not None else ""
     ctx.reporter.print(f"held-out {name}: {headline(result)}  by level {_pct(result.by_level)}  "
-                       f"shows work {result.shows_work:.0%}  mean length {result.mean_length:.1f}")
+                       f"shows work {result.shows_work:.0%}  mean length {result.mean_length:.1f}{thinking}{modes}")
+
+
+def evaluation_options(cfg: Config) -> dict:
+    """What `evaluate` takes from the rest of the config: the engine, the seed of its sampling, how
+    completions end (rollout.stop) and the thinking tags and budget."""
+    return {"engine": cfg.rollout.engine, "seed": cfg.run.seed, "stops": cfg.rollout.stop, "thinking": cfg.thinking}
 
 
 def held_out_figures(ctx: RunContext, model) -> dict[str, float | None]:
     """The held-out figures RL logs every eval.every steps (eval/accuracy, eval/pass@k, ...)."""
     cfg = ctx.cfg
     result = evaluate(model, ctx.tokenizer, ctx.held_out, cfg.data, cfg.eval, correctness_term(ctx.reward_terms), PhaseBar(None, None),
-                      engine=cfg.rollout.engine, seed=cfg.run.seed, others=other_terms(ctx.reward_terms))
+                      **evaluation_options(cfg), others=other_terms(ctx.reward_terms))
     return {"eval/accuracy": result.accuracy, **{f"eval/{name}": value for name, value in result.sampled.items()},
             **{f"eval/{name}": value["greedy"] for name, value in result.terms.items()}}
 
@@ -492,5 +500,8 @@ def summary_table(evals: dict[str, EvalResult], seconds: dict[str, float]) -> Ta
             stage, f"{e.accuracy:.1%}", *[f"{e.by_level.get(level, float('nan')):.1%}" for level in levels],
             *[percent(e.sampled.get(name)) for name in sampled], f"{e.shows_work:.0%}", f"{e.mean_length:.1f}",
         )
+        for mode, m in e.by_mode.items():  # a fused model: its prompts of each mode (per-level columns are of both)
+            table.add_row(f"  {mode} prompts", f"{m['accuracy']:.1%}", *[""] * len(levels),
+                          *[percent(e.sampled_by_mode.get(mode, {}).get(name)) for name in sampled], f"{m['shows_work']:.0%}", f"{m['mean_length']:.1f}")
     table.caption = "seconds: " + ", ".join(f"{k} {v}" for k, v in seconds.items())
     return table

@@ -19,9 +19,9 @@ from pathlib import Path
 
 from rich.table import Table
 
-from rlvr.config import Config, ConfigError, atomic_write_text, load_config
+from rlvr.config import Config, ConfigError, atomic_write_text, load_config, with_overrides
 from rlvr.data import Example, read_jsonl
-from rlvr.metrics import Reporter, plot_pass_at_k
+from rlvr.metrics import Reporter, plot_pass_at_k, plot_thinking_budget
 from rlvr.models import resolve_device
 from rlvr.reward import answer_check, build_reward_terms, close_reward_terms, correctness_term, other_terms
 from rlvr.sources import ModelSource, resolve_model
@@ -53,21 +53,33 @@ def held_out_problems(cfg: Config, data: str | None) -> tuple[list[Example], str
     return load_splits(cfg)[1], where
 
 
-def evaluate_source(source: ModelSource, cfg: Config, problems: list[Example], terms, reporter: Reporter, label: str) -> EvalResult:
-    """Load `source` and evaluate it under cfg.eval (forwards under run.autocast, as in training)."""
-    from rlvr.pipeline import apply_run_settings, forward_precision
+def evaluate_source(source: ModelSource, cfg: Config, problems: list[Example], terms, reporter: Reporter, label: str,
+                    budgets: list[int] | None = None) -> EvalResult | dict[int, EvalResult]:
+    """Load `source` and evaluate it under cfg.eval (forwards under run.autocast, as in training);
+    with `budgets`, once per thinking budget ({budget: result}, -1: none)."""
+    from rlvr.pipeline import apply_run_settings, evaluation_options, forward_precision
 
     apply_run_settings(cfg)
     device = resolve_device(cfg.run.device)
     model, tokenizer = source.load(cfg.run.dtype, str(device))
-    with forward_precision(cfg, device), reporter.phase(f"eval:{label}", num_batches(len(problems), cfg.eval)) as bar:
-        return evaluate(model, tokenizer, problems, cfg.data, cfg.eval, correctness_term(terms), bar, engine=cfg.rollout.engine, seed=cfg.run.seed,
-                        others=other_terms(terms))
+    results = {}
+    for budget in budgets if budgets is not None else [cfg.thinking.budget]:
+        run_cfg = with_overrides(cfg, [f"thinking.budget={budget}"], for_training=False)
+        name = label if budgets is None else f"{label}:{'none' if budget < 0 else budget}"
+        with forward_precision(cfg, device), reporter.phase(f"eval:{name}", num_batches(len(problems), cfg.eval)) as bar:
+            results[budget] = evaluate(model, tokenizer, problems, run_cfg.data, run_cfg.eval, correctness_term(terms), bar,
+                                       **evaluation_options(run_cfg), others=other_terms(terms))
+    return results if budgets is not None else results[cfg.thinking.budget]
 
 
 def run_eval(spec: str, overrides: list[str], reporter: Reporter, *, config_path: str | None = None, data: str | None = None,
-             compare: str | None = None, out: str | None = None) -> dict:
-    """Evaluate `spec` (and `compare`) and write the results into `out`; returns the summary."""
+             compare: str | None = None, out: str | None = None, budgets: list[int] | None = None) -> dict:
+    """Evaluate `spec` (and `compare`) and write the results into `out`; returns the summary. With
+    `budgets`, `spec` is evaluated once per thinking budget instead (run_budgets)."""
+    if budgets is not None:
+        if compare:
+            raise ConfigError("--thinking-budget evaluates one model at several budgets; it cannot be combined with --compare")
+        return run_budgets(spec, overrides, reporter, budgets, config_path=config_path, data=data, out=out)
     source = resolve_model(spec)
     other = resolve_model(compare, "--compare") if compare else None
     def key(override: str) -> str:
@@ -153,3 +165,51 @@ def evaluate_into(source: ModelSource, cfg: Config, data: str | None, out_dir: P
     summary = {"problems": {"count": len(problems), "source": where}, "models": {"model": {"source": source.description, **result.summary()}}}
     atomic_write_text(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
     return result.summary()
+
+
+def run_budgets(spec: str, overrides: list[str], reporter: Reporter, budgets: list[int], *, config_path: str | None = None,
+                data: str | None = None, out: str | None = None) -> dict:
+    """The latency/accuracy trade-off: `spec` evaluated with no budget, then at each thinking budget
+    (budget forcing, thinking.*), on the same problems with the same settings. Writes
+    eval_budget_<b>*.jsonl, summary.json and thinking_budget.png into `out`."""
+    if any(b < 0 for b in budgets):
+        raise ConfigError(f"--thinking-budget: budgets are thinking tokens, >= 0; got {budgets}")
+    source = resolve_model(spec)
+    cfg = eval_config(source, config_path, overrides)
+    problems, where = held_out_problems(cfg, data)
+    out_dir = Path(out or f"runs/eval-budget-{datetime.now():%Y%m%d-%H%M%S}")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(f"--out: {out_dir} is a file, not a directory")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    terms = build_reward_terms(cfg.reward)
+    try:
+        results = evaluate_source(source, cfg, problems, terms, reporter, "model", budgets=[-1, *sorted(set(budgets))])
+    finally:
+        close_reward_terms(terms)
+    for budget, result in results.items():
+        write_eval(out_dir, f"budget_{'none' if budget < 0 else budget}", result)
+    summary = {
+        "model": source.description, "problems": {"count": len(problems), "source": where},
+        "thinking": {"open": cfg.thinking.open, "close": cfg.thinking.close, "forced": cfg.thinking.forced},
+        "budgets": {("none" if b < 0 else str(b)): r.summary() for b, r in results.items()},
+    }
+    atomic_write_text(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+    plot_thinking_budget(summary["budgets"], out_dir / "thinking_budget.png", f"{source.spec}: {len(problems)} problems ({where})")
+    reporter.print(budget_table(results))
+    reporter.print(f"written to [bold]{out_dir}[/]")
+    return summary
+
+
+def budget_table(results: dict[int, EvalResult]) -> Table:
+    """One row per budget: greedy accuracy (overall, per level), mean total length, thinking length, well-formed share."""
+    table = Table(title="held-out accuracy and length against the thinking budget (greedy; budget forcing)")
+    levels = sorted({lv for r in results.values() for lv in r.by_level})
+    modes = list(dict.fromkeys(m for r in results.values() for m in r.by_mode))
+    for column in ("budget", "accuracy", *[f"level {lv}" for lv in levels], *[f"{m} mode" for m in modes], "mean length", "thinking length",
+                   "well-formed"):
+        table.add_column(column, justify="right")
+    for budget, r in results.items():
+        table.add_row("none" if budget < 0 else str(budget), f"{r.accuracy:.1%}", *[percent(r.by_level.get(lv)) for lv in levels],
+                      *[percent(r.by_mode.get(m, {}).get("accuracy")) for m in modes],
+                      f"{r.mean_length:.1f}", "n/a" if r.thinking_length is None else f"{r.thinking_length:.1f}", percent(r.well_formed))
+    return table

@@ -159,7 +159,7 @@ def _traces(source: ModelSource, cfg: Config, train, held_out, out_dir: Path, te
     total = -(-len(prompts) // max(1, cfg.rft.batch_size // cfg.rft.samples))
     with forward_precision(cfg, device), reporter.phase("sample", total) as bar:
         traces = rejection_sample(model, tokenizer, prompts, cfg.data, cfg.rft, cfg.rollout.max_new_tokens, correctness_term(terms), bar,
-                                  source=source.spec, seed=cfg.run.seed, engine=cfg.rollout.engine)
+                                  source=source.spec, seed=cfg.run.seed, engine=cfg.rollout.engine, stops=cfg.rollout.stop)
     report = {**traces.report, "settings": settings}
     if not traces.rows:
         raise NoSurvivors(

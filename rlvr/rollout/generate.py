@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from rlvr.rollout.controls import ThinkingBudget, ends_with
 from rlvr.rollout.engines import make_engine
 from rlvr.errors import RunStopped
 
@@ -30,6 +31,7 @@ class Rollouts:
     truncated_B: torch.Tensor  # True where max_new_tokens was hit before EOS
     entropy_sum: float  # summed sampling entropy over generated tokens (for logging)
     sample_logp_BT: torch.Tensor | None = None  # log-prob of each token under the sampling distribution (0 on padding)
+    forced_BT: torch.Tensor | None = None  # True where a thinking budget forced the token instead of sampling it
 
     @property
     def lengths_B(self) -> torch.Tensor:
@@ -49,6 +51,7 @@ class Rollouts:
             self.truncated_B[rows],
             0.0,
             self.sample_logp_BT[rows, :last] if self.sample_logp_BT is not None else None,
+            self.forced_BT[rows, :last] if self.forced_BT is not None else None,
         )
 
 
@@ -72,6 +75,7 @@ def concat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
         torch.cat([r.truncated_B for r in parts]),
         sum(r.entropy_sum for r in parts),
         torch.cat([pad(r.sample_logp_BT, T, 0, left=False) for r in parts]) if all(r.sample_logp_BT is not None for r in parts) else None,
+        torch.cat([pad(r.forced_BT.long(), T, 0, left=False).bool() for r in parts]) if all(r.forced_BT is not None for r in parts) else None,
     )
 
 
@@ -89,9 +93,20 @@ def encode_prompts(tokenizer: PreTrainedTokenizerBase, prompts: list[str], devic
     return ids.to(device), mask.to(device)
 
 
-def sample_next(logits_BV: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None) -> torch.Tensor:
-    """One token per row: temperature, then nucleus (top-p) truncation, then a categorical draw."""
+def sample_next(
+    logits_BV: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None, top_k: int = 0, min_p: float = 0.0
+) -> torch.Tensor:
+    """One token per row: temperature, then top-k, nucleus (top-p) and min-p truncation, then a
+    categorical draw. min-p (Nguyen et al. 2024) keeps the tokens whose probability is at least
+    min_p times the most likely one's. Every truncation keeps the most likely token."""
     probs_BV = torch.softmax(logits_BV / temperature, dim=-1)
+    if 0 < top_k < probs_BV.shape[-1]:
+        kth_B1 = probs_BV.topk(top_k, dim=-1).values[:, -1:]
+        probs_BV = probs_BV.masked_fill(probs_BV < kth_B1, 0.0)
+        probs_BV = probs_BV / probs_BV.sum(dim=-1, keepdim=True)
+    if min_p > 0.0:
+        probs_BV = probs_BV.masked_fill(probs_BV < min_p * probs_BV.max(dim=-1, keepdim=True).values, 0.0)
+        probs_BV = probs_BV / probs_BV.sum(dim=-1, keepdim=True)
     if top_p < 1.0:
         sorted_p, order = probs_BV.sort(dim=-1, descending=True)
         # Keep the smallest prefix whose mass reaches top_p (the top token is always kept).
@@ -121,9 +136,15 @@ def generate(
     group_size: int = 1,
     compact: bool = True,
     engine: str = "auto",
+    top_k: int = 0,
+    min_p: float = 0.0,
+    stops: list[list[int]] | None = None,
+    thinking: ThinkingBudget | None = None,
 ) -> Rollouts:
     """Sample `group_size` completions of each of the N prompts (rows g*G .. g*G+G-1 answer
-    prompt g), decoding until every row has emitted EOS or max_new_tokens is reached.
+    prompt g), decoding until every row has emitted EOS or a stop sequence (`stops`: token ids,
+    rollout/controls.py), or max_new_tokens is reached. `thinking` enforces per-row thinking
+    budgets (the forced tokens are marked in `forced_BT`).
 
     Work is not repeated: each prompt is prefilled once and its KV cache shared by its G samples;
     rows that have finished leave the batch (`compact`: whenever they are a quarter of it, since
@@ -144,6 +165,7 @@ def generate(
         rows_A = torch.arange(B, device=device)  # which batch row each active row is
         pos_A = prompt_mask_BP.sum(dim=1) - 1  # position of each row's last prompt token
         done_A = torch.zeros(B, dtype=torch.bool, device=device)
+        end_B = torch.full((B,), -1, dtype=torch.long, device=device)  # the position each row ended at (EOS or a stop); -1: not yet
         tokens_BT = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=device)
         sample_logp_BT = torch.zeros((B, max_new_tokens), device=device)
         entropy_sum, steps = torch.zeros((), device=device), 0
@@ -155,12 +177,21 @@ def generate(
             if greedy:
                 next_A = logits_AV.argmax(dim=-1)
             else:
-                next_A = sample_next(logits_AV, temperature, top_p, generator)
+                next_A = sample_next(logits_AV, temperature, top_p, generator, top_k, min_p)
                 entropy_sum += (logp_AV.exp() * logp_AV).sum(dim=-1).masked_fill(done_A, 0.0).sum().neg()
+            if thinking is not None:
+                next_A, forced_A = thinking.steer(next_A, rows_A, t, max_new_tokens)
             next_A = next_A.masked_fill(done_A, pad_id)
             tokens_BT[rows_A, t] = next_A
             sample_logp_BT[rows_A, t] = logp_AV.gather(1, next_A.unsqueeze(1)).squeeze(1).masked_fill(done_A, 0.0)
-            done_A = done_A | (next_A == eos_id)
+            ended_A = next_A == eos_id
+            for seq in stops or []:
+                ended_A |= ends_with(tokens_BT, rows_A, t, seq)
+            ended_A &= ~done_A
+            end_B[rows_A[ended_A]] = t
+            if thinking is not None:
+                thinking.observe(tokens_BT, rows_A, t, ~done_A, forced_A)
+            done_A = done_A | ended_A
             finished = int(done_A.sum())
             if finished == len(done_A) or t == max_new_tokens - 1:
                 break  # (after the last token, its successor's logits would go unused)
@@ -172,13 +203,14 @@ def generate(
             logits_AV = decoder.step(next_A, pos_A)
 
         completion_ids_BT = tokens_BT[:, :steps]
-        # A token is real if no EOS came strictly before it: EOS itself is kept, so the model
-        # learns (and is credited for) stopping.
-        eos_BT = (completion_ids_BT == eos_id).long()
-        completion_mask_BT = ((eos_BT.cumsum(dim=1) - eos_BT) == 0).long()
-        truncated_B = ~(eos_BT.bool().any(dim=1))
+        # A token is real up to and including the one its row ended on: EOS (or a stop string) is
+        # kept, so the model learns (and is credited for) stopping.
+        truncated_B = end_B < 0
+        positions_T = torch.arange(steps, device=device)
+        completion_mask_BT = (truncated_B.unsqueeze(1) | (positions_T.unsqueeze(0) <= end_B.unsqueeze(1))).long()
+        forced_BT = thinking.forced_BT[:, :steps] & completion_mask_BT.bool() if thinking is not None and thinking.forced_BT is not None else None
         return Rollouts(prompt_ids_BP, prompt_mask_BP, completion_ids_BT, completion_mask_BT, truncated_B, float(entropy_sum),
-                        sample_logp_BT[:, :steps] * completion_mask_BT)
+                        sample_logp_BT[:, :steps] * completion_mask_BT, forced_BT)
     finally:
         model.train(was_training)
 

@@ -33,19 +33,42 @@ from typing import Callable
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from rlvr.config import DataConfig, EvalConfig, atomic_write_text
+from rlvr.config import DataConfig, EvalConfig, ThinkingConfig, atomic_write_text
 from rlvr.data import Example, chat_prompts, format_prompt
 from rlvr.metrics import PhaseBar
 from rlvr.reward import RewardTerm
 from rlvr.rollout import completion_id_lists, decode_completions, encode_prompts, generate
+from rlvr.rollout.controls import ThinkingBudget, encode_stops, token_ids
 from rlvr.stages.estimators import bootstrap_intervals, maj_at_k, pass_at_k
 from rlvr.verifiers.math import extract_last_boxed
 
 
+def thinking_block(completion: str, open_tag: str, close_tag: str, opened: bool = False) -> str | None:
+    """The content of a completion's thinking block when it is well formed: exactly one block
+    (opened in the completion, or already by the prompt when `opened`), closed, not empty, and an
+    answer after it; else None.
+
+    >>> thinking_block("<think>7+6=13</think>\\boxed{13}", "<think>", "</think>"), thinking_block("<think>a</think>", "<think>", "</think>")
+    ('7+6=13', None)
+    """
+    text = completion if opened else completion.lstrip()
+    if not opened:
+        if not text.startswith(open_tag) or text.count(open_tag) != 1:
+            return None
+        text = text[len(open_tag):]
+    elif open_tag in text:
+        return None
+    if text.count(close_tag) != 1:
+        return None
+    thought, _, answer = text.partition(close_tag)
+    return thought if thought.strip() and answer.strip() else None
+
+
 def shows_work(completion: str) -> bool:
-    """True when there is text before the final box (a bare `\\boxed{42}` shows none)."""
+    """True when there is text before the final box (a bare `\\boxed{42}` shows none, nor one
+    after an empty thinking block, `<think></think>\\boxed{42}`)."""
     head, sep, _ = completion.rpartition("\\boxed")
-    return bool(sep) and bool(head.strip())
+    return bool(sep) and bool(head.replace("<think>", "").replace("</think>", "").strip())
 
 
 @dataclass
@@ -63,6 +86,12 @@ class EvalResult:
     intervals: dict[str, list[float]] = field(default_factory=dict)  # 95% bootstrap over problems: "accuracy" and each sampled figure
     sampled_mean_length: float | None = None
     terms: dict[str, dict[str, float | None]] = field(default_factory=dict)  # other reward terms: mean over "greedy" / "samples"
+    well_formed: float | None = None  # greedy completions whose thinking block is well formed (None: no thinking in this evaluation)
+    thinking_length: float | None = None  # mean tokens inside the closed thinking blocks of the greedy completions
+    budget: int | None = None  # the thinking budget the completions were decoded under (thinking.budget), None: none
+    length_by_level: dict[str, float] = field(default_factory=dict)  # mean greedy completion length per level
+    by_mode: dict[str, dict[str, float | None]] = field(default_factory=dict)  # problems with a mode (the fused task): greedy figures per mode
+    sampled_by_mode: dict[str, dict[str, float | None]] = field(default_factory=dict)
     samples: list[dict] = field(default_factory=list)  # one greedy completion per problem, with its verdict
     sampled_rows: list[dict] = field(default_factory=list)  # every sampled completion, with its verdict and answer
 
@@ -101,12 +130,26 @@ class _Evaluation:
     """What one `evaluate` call shares: the model, the problems in decoding order, the terms."""
 
     def __init__(self, model, tokenizer, examples: list[Example], data_cfg: DataConfig, cfg: EvalConfig, correctness: RewardTerm,
-                 others: list[RewardTerm], bar: PhaseBar, engine: str) -> None:
+                 others: list[RewardTerm], bar: PhaseBar, engine: str, stops: list[str], thinking: ThinkingConfig | None) -> None:
         self.model, self.tokenizer, self.examples, self.data_cfg, self.cfg = model, tokenizer, examples, data_cfg, cfg
         self.correctness, self.others, self.bar, self.engine = correctness, others, bar, engine
         self.device = next(model.parameters()).device
         self.prompts = [format_prompt(tokenizer, e.prompt, data_cfg) for e in examples]
         self.order = sorted(range(len(examples)), key=lambda i: len(self.prompts[i]))  # similar lengths decode together
+        self.stops = encode_stops(tokenizer, list(stops))
+        self.thinking = thinking
+        # a prompt whose template leaves the thinking block open (Qwen3's ends in "<think>\n"): thinking starts at once
+        self.opens = [thinking is not None and p.rfind(thinking.open) > p.rfind(thinking.close) for p in self.prompts]
+
+    def budget(self, rows: list[int], group_size: int) -> ThinkingBudget | None:
+        """The per-row thinking budget of a batch, when thinking.budget is set."""
+        th = self.thinking
+        if th is None or th.budget < 0:
+            return None
+        tok = self.tokenizer
+        open_B = torch.tensor([self.opens[i] for i in rows for _ in range(group_size)], device=self.device)
+        return ThinkingBudget(token_ids(tok, th.open), token_ids(tok, th.close), token_ids(tok, th.forced),
+                              torch.full((len(open_B),), th.budget, device=self.device), open_B)
 
     def decode(self, rows: list[int], group_size: int, generator: torch.Generator | None) -> _Decoded:
         """`group_size` completions of each of `rows` (greedy without a generator), judged by every term."""
@@ -114,8 +157,8 @@ class _Evaluation:
         ids, mask = encode_prompts(tokenizer, [self.prompts[i] for i in rows], self.device)
         out = generate(
             self.model, ids, mask, max_new_tokens=cfg.max_new_tokens, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
-            greedy=generator is None, temperature=cfg.temperature, top_p=cfg.top_p, generator=generator, group_size=group_size,
-            engine=self.engine,
+            greedy=generator is None, temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, min_p=cfg.min_p, generator=generator,
+            group_size=group_size, engine=self.engine, stops=self.stops, thinking=self.budget(rows, group_size),
         )
         per_row = [self.examples[i] for i in rows for _ in range(group_size)]
         texts, lengths = decode_completions(tokenizer, out), out.lengths_B.tolist()
@@ -142,14 +185,18 @@ def evaluate(
     engine: str = "auto",
     seed: int = 0,
     others: list[RewardTerm] | None = None,
+    stops: list[str] = (),
+    thinking: ThinkingConfig | None = None,
 ) -> EvalResult:
     """Greedy completions of `examples` and, with cfg.samples = N, N sampled ones each, judged by
     the correctness term (`reward.correctness`: `rlvr.reward.correctness_term`). `seed` seeds the
     sampling generator (the same seed gives every model the same random numbers). `others`: more
-    reward terms whose mean over the greedy and the sampled completions is reported (`terms`)."""
+    reward terms whose mean over the greedy and the sampled completions is reported (`terms`).
+    `stops`: stop strings (rollout.stop). `thinking`: the thinking tags, for the share of well-formed
+    blocks and their length, and `thinking.budget` for budget forcing."""
     if cfg.max_problems:
         examples = examples[: cfg.max_problems]
-    run = _Evaluation(model, tokenizer, examples, data_cfg, cfg, correctness, list(others or []), bar, engine)
+    run = _Evaluation(model, tokenizer, examples, data_cfg, cfg, correctness, list(others or []), bar, engine, list(stops), thinking)
     greedy_verdicts: list[float | None] = [None] * len(examples)
     texts, lengths = [""] * len(examples), [0] * len(examples)
     term_values: dict[str, list[float | None]] = {t.name: [None] * len(examples) for t in run.others}
@@ -176,6 +223,24 @@ def evaluate(
     )
     for row, sample in enumerate(result.samples):
         sample.update({name: values[row] for name, values in term_values.items()})
+    if thinking is not None:
+        blocks = [thinking_block(t, thinking.open, thinking.close, opened) for t, opened in zip(texts, run.opens)]
+        if any(opened for opened in run.opens) or any(thinking.open in t or thinking.close in t for t in texts):
+            result.well_formed = sum(b is not None for b in blocks) / n
+            closed = [len(tokenizer.encode(b, add_special_tokens=False)) for b in blocks if b is not None]
+            result.thinking_length = sum(closed) / len(closed) if closed else None
+        result.budget = thinking.budget if thinking.budget >= 0 else None
+        for sample, block in zip(result.samples, blocks):
+            sample["thinking"] = block
+    result.length_by_level = _by_level(examples, [float(v) for v in lengths])
+    for mode, idx in _mode_rows(examples).items():
+        blocks = [result.samples[i].get("thinking") for i in idx]
+        result.by_mode[mode] = {
+            "problems": len(idx), "accuracy": sum(correct[i] for i in idx) / len(idx), "mean_length": sum(lengths[i] for i in idx) / len(idx),
+            "shows_work": sum(shows_work(texts[i]) for i in idx) / len(idx),
+            "thinking_length": present_mean([len(tokenizer.encode(b, add_special_tokens=False)) if b is not None else None for b in blocks]),
+            **{name: present_mean([values[i] for i in idx]) for name, values in term_values.items()},
+        }
     columns: dict[str, list[float]] = {"accuracy": correct}
     if cfg.samples:
         _sample(run, seed, result, columns)
@@ -225,6 +290,9 @@ def _sample(run: _Evaluation, seed: int, result: EvalResult, columns: dict[str, 
     result.sampled_by_level = {
         level: {name: _mean([values[i] for i in idx]) for name, values in per_problem.items()} for level, idx in _level_rows(examples).items()
     }
+    result.sampled_by_mode = {
+        mode: {name: _mean([values[i] for i in idx]) for name, values in per_problem.items()} for mode, idx in _mode_rows(examples).items()
+    }
     columns.update({name: values for name, values in per_problem.items() if None not in values})  # type: ignore[misc]
     for term in run.others:  # each other term's mean over the samples, and per problem for its interval
         per_problem_mean = [present_mean([r[term.name] for r in rows]) for rows in rows_out]
@@ -257,6 +325,16 @@ def _level_rows(examples: list[Example]) -> dict[str, list[int]]:
         if e.level is not None:
             levels[str(e.level)].append(i)
     return dict(sorted(levels.items()))
+
+
+def _mode_rows(examples: list[Example]) -> dict[str, list[int]]:
+    """The rows of each mode, for problems that carry one (info["mode"]: the fused task's think / no_think)."""
+    modes: dict[str, list[int]] = defaultdict(list)
+    for i, e in enumerate(examples):
+        mode = e.info.get("mode") if isinstance(e.info, dict) else None
+        if mode is not None:
+            modes[str(mode)].append(i)
+    return dict(modes)
 
 
 def _by_level(examples: list[Example], values: list[float]) -> dict[str, float]:

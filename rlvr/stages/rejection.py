@@ -28,6 +28,7 @@ from rlvr.data import Example, chat_prompts, format_prompt
 from rlvr.metrics import PhaseBar
 from rlvr.reward import RewardTerm
 from rlvr.rollout import completion_id_lists, decode_completions, encode_prompts, generate
+from rlvr.rollout.controls import encode_stops
 
 
 @dataclass
@@ -79,6 +80,7 @@ def rejection_sample(
     source: str,
     seed: int,
     engine: str = "auto",
+    stops: list[str] = (),
 ) -> Traces:
     """Sample cfg.samples completions of every example, judge them with the correctness term, and
     keep the survivors (see the module docstring). `source` names the model in every row."""
@@ -86,6 +88,7 @@ def rejection_sample(
     generator = torch.Generator(device=device).manual_seed(seed)
     pick = random.Random(f"rft-select:{seed}")
     k, per_batch = cfg.samples, max(1, cfg.batch_size // cfg.samples)
+    stop_ids = encode_stops(tokenizer, list(stops))
     prompts = [format_prompt(tokenizer, e.prompt, data_cfg) for e in examples]
     order = sorted(range(len(examples)), key=lambda i: len(prompts[i]))  # similar lengths decode together
     counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
@@ -95,7 +98,8 @@ def rejection_sample(
         batch = [examples[i] for i in rows]
         ids, mask = encode_prompts(tokenizer, [prompts[i] for i in rows], device)
         out = generate(model, ids, mask, max_new_tokens=max_new_tokens, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
-                       temperature=cfg.temperature, top_p=cfg.top_p, generator=generator, group_size=k, engine=engine)
+                       temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, min_p=cfg.min_p, stops=stop_ids,
+                       generator=generator, group_size=k, engine=engine)
         texts, lengths, truncated = decode_completions(tokenizer, out), out.lengths_B.tolist(), out.truncated_B.tolist()
         per_row = [e for e in batch for _ in range(k)]
         verdicts = correctness.score([prompts[i] for i in rows for _ in range(k)], texts, per_row, lengths,

@@ -53,15 +53,35 @@ def solve(tokens: Tokens) -> tuple[int, list[str]]:
     return tokens[0], steps
 
 
-def make_example(tokens: Tokens, template: str) -> Example:
+THINK, NO_THINK = "think", "no_think"
+FLAGS = {THINK: " /think", NO_THINK: " /no_think"}  # Qwen3's soft switches, at the end of a fused-format prompt
+OPEN, CLOSE = "<think>", "</think>"
+
+
+def worked(steps: str, answer: str, fmt: str) -> str:
+    """The worked solution in a format: 'plain' writes the working on its own line before the box;
+    'think' and 'fused' put it inside the thinking block."""
+    return steps + "\n" + boxed(answer) if fmt == "plain" else OPEN + steps + CLOSE + boxed(answer)
+
+
+def direct(answer: str, fmt: str) -> str:
+    """The direct answer in a format: the bare box, after an empty thinking block in 'think' and
+    'fused' (as Qwen3's non-thinking mode writes it)."""
+    return boxed(answer) if fmt == "plain" else OPEN + CLOSE + boxed(answer)
+
+
+def make_example(tokens: Tokens, template: str, fmt: str = "plain", mode: str | None = None) -> Example:
+    """One problem; in the 'fused' format its prompt ends in the mode's flag and its solution is
+    that mode's (worked when thinking, direct when not)."""
     value, steps = solve(tokens)
     answer = str(value)
+    info = {"expr": render(tokens)} if mode is None else {"expr": render(tokens), "mode": mode}
     return Example(
-        prompt=template.format(expr=render(tokens)),
+        prompt=template.format(expr=render(tokens)) + (FLAGS[mode] if mode else ""),
         answer=answer,
-        solution="=".join(steps) + "\n" + boxed(answer),
+        solution=direct(answer, fmt) if mode == NO_THINK else worked("=".join(steps), answer, fmt),
         level=len(tokens) // 2,
-        info={"expr": render(tokens)},
+        info=info,
     )
 
 
@@ -90,7 +110,7 @@ def make_splits(cfg: TaskConfig, seed: int) -> tuple[list[Example], list[Example
             quota[n] += 1
             remaining -= 1
 
-    held_out: list[Example] = []
+    held_out_tokens: list[Tokens] = []
     seen: set[str] = set()
     for n in levels:
         count = 0
@@ -98,28 +118,39 @@ def make_splits(cfg: TaskConfig, seed: int) -> tuple[list[Example], list[Example
             tokens = random_expression(rng, n, cfg.max_operand, cfg.operators)
             if render(tokens) not in seen:
                 seen.add(render(tokens))
-                held_out.append(make_example(tokens, cfg.prompt_template))
+                held_out_tokens.append(tokens)
                 count += 1
 
-    train: list[Example] = []
-    while len(train) < cfg.num_train:
+    train_tokens: list[Tokens] = []
+    while len(train_tokens) < cfg.num_train:
         tokens = random_expression(rng, rng.choice(levels), cfg.max_operand, cfg.operators)
         if render(tokens) not in seen:
-            train.append(make_example(tokens, cfg.prompt_template))
-    return train, held_out
+            train_tokens.append(tokens)
+    fmt, template = cfg.format, cfg.prompt_template
+    if fmt != "fused":
+        return [make_example(t, template, fmt) for t in train_tokens], [make_example(t, template, fmt) for t in held_out_tokens]
+    # fused: a mode per training prompt (its own stream, so the problems are those of the other formats), and
+    # every held-out problem in both modes
+    modes = random.Random(f"arithmetic-modes:{seed}")
+    train = [make_example(t, template, fmt, THINK if modes.random() < cfg.think_fraction else NO_THINK) for t in train_tokens]
+    return train, [make_example(t, template, fmt, mode) for mode in (THINK, NO_THINK) for t in held_out_tokens]
 
 
-def sft_targets(examples: list[Example], batch_size: int, worked_fraction: float, seed: int) -> Iterator[tuple[Example, str]]:
+def sft_targets(examples: list[Example], batch_size: int, worked_fraction: float, seed: int, fmt: str = "plain") -> Iterator[tuple[Example, str]]:
     """The lab's cold-start mixture, endlessly: per batch of `batch_size` sampled problems, each
-    target is the worked solution with probability `worked_fraction`, else the bare boxed answer.
+    target is the worked solution with probability `worked_fraction`, else the direct answer.
     The mix is the point of the lab: the model leaves SFT able both to reason and to guess, and
     RL then has a behaviour to select (RL steers toward reasoning the model can already do; it
-    does not teach arithmetic from scratch)."""
+    does not teach arithmetic from scratch). In the 'fused' format each prompt's flag decides
+    instead (the example's own solution): mode fusion trains both behaviours, each on its switch."""
     rng = random.Random(f"sft:{seed}")
     while True:
         for i in [rng.randrange(len(examples)) for _ in range(batch_size)]:
             e = examples[i]
-            yield e, e.solution if e.solution and rng.random() < worked_fraction else boxed(e.answer)
+            if fmt == "fused":
+                yield e, e.solution or ""
+            else:
+                yield e, e.solution if e.solution and rng.random() < worked_fraction else direct(e.answer, fmt)
 
 
 # ----------------------------------------------------------------------------- a process reward

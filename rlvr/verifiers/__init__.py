@@ -12,6 +12,8 @@ Built in (see docs/verifiers.md):
 * ``python_code`` / ``python_code_all_or_nothing``: the last ```python block run on the
   gold tests (a dict, or its JSON text) in a bubblewrap sandbox (:mod:`rlvr.verifiers.code`);
 * ``think_format``: exactly one ``<think>...</think>`` block, then an answer;
+* ``mode_format``: the format a prompt's mode switch asks for (``think``: as think_format;
+  ``no_think``: an empty block, then the answer);
 * ``brevity``: a correct boxed answer in fewer characters scores more (a conciseness term for a
   reward mix, gated on boxed_math).
 
@@ -24,7 +26,7 @@ from typing import Callable, Protocol
 
 from rlvr.verifiers.conciseness import brevity
 from rlvr.verifiers.code import python_code, python_code_all_or_nothing
-from rlvr.verifiers.format import think_format
+from rlvr.verifiers.format import mode_format, think_format
 from rlvr.verifiers.math import boxed_math, extract_last_boxed
 
 
@@ -38,6 +40,7 @@ VERIFIERS: dict[str, Verifier] = {
     "python_code_all_or_nothing": python_code_all_or_nothing,
     "think_format": think_format,
     "brevity": brevity,
+    "mode_format": mode_format,
 }
 
 
@@ -85,6 +88,7 @@ __all__ = [
     "brevity",
     "extract_last_boxed",
     "get_verifier",
+    "mode_format",
     "python_code",
     "python_code_all_or_nothing",
     "register",

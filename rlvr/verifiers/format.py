@@ -18,7 +18,7 @@ small weight) rather than use it alone. The gold answer is ignored.
 
 from __future__ import annotations
 
-__all__ = ["think_format", "think_format_ok"]
+__all__ = ["mode_format", "think_format", "think_format_ok"]
 
 OPEN, CLOSE = "<think>", "</think>"
 
@@ -37,3 +37,33 @@ def think_format_ok(completion: str) -> bool:
 def think_format(completion: str, answer: str = "") -> float:
     """1.0 if the completion is ``<think>reasoning</think> answer`` (see module doc), else 0.0."""
     return 1.0 if think_format_ok(completion) else 0.0
+
+
+def empty_block_ok(completion: str) -> bool:
+    """Whether ``completion`` is an empty think block (whitespace inside allowed), then an answer:
+    how Qwen3's non-thinking mode writes (its template puts the empty block in place)."""
+    if not isinstance(completion, str):
+        return False
+    text = completion.lstrip()
+    if not text.startswith(OPEN) or completion.count(OPEN) != 1 or completion.count(CLOSE) != 1:
+        return False
+    thought, _, answer = text[len(OPEN) :].partition(CLOSE)
+    return not thought.strip() and bool(answer.strip())
+
+
+def mode_format(completion: str, answer: str, mode: str) -> float | None:
+    """The format the mode switch asks for (mode fusion, Qwen3 tech report sec. 4.3): for a
+    ``think`` prompt, exactly one non-empty ``<think>`` block then an answer (as think_format); for
+    a ``no_think`` prompt, an empty block ``<think></think>`` then the answer. ``mode`` is the
+    example's field (the lab's fused task sets it); another mode is not this term's business (None).
+
+    >>> mode_format("<think>7+6=13</think>13", "13", "think"), mode_format("<think></think>13", "13", "think")
+    (1.0, 0.0)
+    >>> mode_format("<think></think>13", "13", "no_think"), mode_format("<think>7+6=13</think>13", "13", "no_think")
+    (1.0, 0.0)
+    """
+    if mode == "think":
+        return think_format(completion)
+    if mode == "no_think":
+        return 1.0 if empty_block_ok(completion) else 0.0
+    return None
