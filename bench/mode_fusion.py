@@ -62,9 +62,8 @@ def main() -> None:
         sft, rl = s["after_sft"], s["after_rl"]
         rows = [(mode, sft["by_mode"][mode], rl["by_mode"][mode]) for mode in rl["by_mode"]] if rl["by_mode"] else [("-", sft, rl)]
         for mode, a, b in rows:
-            fmt = b.get("mode_format", b.get("well_formed", s["after_rl"].get("well_formed")))
-            fmt_text = "" if fmt is None else f"{fmt:.0%}"
-            print(f"| {arm} | {mode} | {a['accuracy']:.1%} | {a['mean_length']:.1f} | {b['accuracy']:.1%} | {b['mean_length']:.1f} | {fmt_text} |")
+            print(f"| {arm} | {mode} | {a['accuracy']:.1%} | {a['mean_length']:.1f} | {b['accuracy']:.1%} | {b['mean_length']:.1f} | "
+                  f"{asked_format(args.out / arm, arm, mode):.0%} |")
 
     curves = {arm: json.loads((args.out / f"budget-{arm}" / "summary.json").read_text())["budgets"] for arm in ("think", "fused")}
     budgets = list(curves["think"])
@@ -78,6 +77,17 @@ def main() -> None:
         print(f"| {arm}: mean length | " + " | ".join(f"{c['mean_length']:.1f}" for c in curves[arm].values()) + " |")
     if args.plot:
         plot(curves, args.plot)
+
+
+def asked_format(run_dir: Path, arm: str, mode: str) -> float:
+    """The share of the final greedy completions in the form the arm's prompts ask for (mode_format:
+    a non-empty block for thinking, an empty block for a direct answer)."""
+    from rlvr.verifiers import mode_format
+
+    rows = [json.loads(line) for line in (run_dir / "eval_after_rl.jsonl").read_text().splitlines()]
+    wanted = mode if arm == "fused" else ("think" if arm == "think" else "no_think")
+    mine = [r for r in rows if arm != "fused" or r["prompt"].endswith("/" + mode)]
+    return sum(mode_format(r["completion"], r["answer"], wanted) for r in mine) / len(mine)
 
 
 def plot(curves: dict, path: Path) -> None:
@@ -96,7 +106,6 @@ def plot(curves: dict, path: Path) -> None:
         acc.plot(xs, [pick(c)["accuracy"] for _, c in points], marker="o", label=label)
         length.plot(xs, [pick(c)["mean_length"] for _, c in points], marker="o", label=label)
     for ax, name in ((acc, "held-out greedy accuracy"), (length, "mean completion length (tokens)")):
-        ax.set_xscale("symlog", linthresh=1)
         ax.set_xticks(xs, [str(x) for x in xs])
         ax.set_xlabel("thinking budget (tokens)")
         ax.set_ylabel(name)

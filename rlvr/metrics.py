@@ -228,8 +228,7 @@ def plot_thinking_budget(budgets: dict[str, dict[str, Any]], path: str | Path, t
     for ax, label in ((acc_ax, "held-out greedy accuracy"), (len_ax, "mean completion length (tokens)")):
         ax.set_xlabel("thinking budget (tokens)")
         ax.set_ylabel(label)
-        if xs and min(xs) >= 0 and max(xs) > 0:
-            ax.set_xscale("symlog", linthresh=1)
+        if xs:
             ax.set_xticks(xs, [str(x) for x in xs])
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)

@@ -303,3 +303,22 @@ def test_the_forced_text_must_close_the_block():
     with pytest.raises(ConfigError, match="thinking.forced"):
         load_config(overrides=['thinking.forced="Now answer."'])
     assert load_config(overrides=['thinking.forced="Time is up.\\n</think>\\n"']).thinking.forced.endswith("</think>\n")
+
+
+def test_sampled_evaluation_keeps_every_sample_within_the_budget(think_run):
+    from rlvr.metrics import PhaseBar
+    from rlvr.reward import RewardTerm
+    from rlvr.sources import resolve_model
+    from rlvr.stages.evaluate import evaluate
+    from rlvr.verifiers import boxed_math
+
+    source = resolve_model(str(think_run))
+    model, tokenizer = source.load()
+    cfg = load_config(overrides=SOLVABLE + ["task.format=think", "eval.samples=4", "thinking.budget=1", "eval.max_new_tokens=16"])
+    _, held_out = make_splits(cfg.task, cfg.run.seed)
+    term = RewardTerm("boxed_math", 1.0, boxed_math, batched=False, correctness=True)
+    result = evaluate(model, tokenizer, held_out, cfg.data, cfg.eval, term, PhaseBar(None, None), thinking=cfg.thinking)
+    for row in result.sampled_rows + result.samples:
+        block = thinking_block(row["completion"], "<think>", "</think>")
+        assert block is None or len(tokenizer.encode(block, add_special_tokens=False)) <= 1
+    assert result.budget == 1 and any(thinking_block(r["completion"], "<think>", "</think>") for r in result.sampled_rows)
