@@ -116,6 +116,8 @@ def prepare_model(cfg: Config, run_dir: Path):
         tokenizer = build_char_tokenizer(thinking=cfg.task.format != "plain")
         path = str(save_pretrained(build_tiny_model(tokenizer, cfg.model.tiny, cfg.run.seed), tokenizer, run_dir / "init"))
     tokenizer = load_tokenizer(path, cfg.model.trust_remote_code)
+    if cfg.data.chat_template:  # the template the run trains with is saved with its tokenizer (model/, exports)
+        tokenizer.chat_template = Path(cfg.data.chat_template).read_text(encoding="utf-8")
     model = load_model(path, cfg.run.dtype, str(device), cfg.model.trust_remote_code)
     return model, tokenizer
 

@@ -110,6 +110,24 @@ def test_a_stop_string_ends_a_row_and_stays_in_it(thinker, engine):
     assert any(stop_id in row for row in rows)
 
 
+@pytest.mark.parametrize("engine", ENGINES)
+def test_stop_strings_of_several_tokens_with_compaction_end_every_row_at_its_first_stop(thinker, engine):
+    model, tokenizer = thinker
+    ids, mask = encode_prompts(tokenizer, ["1+2=", "3*3-1=", "7=", "9-8*7+6="], torch.device("cpu"))
+    kw = dict(max_new_tokens=40, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id, group_size=8, engine=engine)
+    stops = ["1", "23", "ab"]  # one token, and two of two
+    out = generate(model, ids, mask, generator=torch.Generator().manual_seed(1), stops=encode_stops(tokenizer, stops), **kw)
+    texts = decode_completions(tokenizer, out)
+    ended = 0
+    for text, truncated in zip(texts, out.truncated_B.tolist()):
+        first = min((text.find(s) + len(s) for s in stops if s in text), default=None)
+        if first is None:
+            continue
+        assert text[:first] == text and not truncated  # it ends right after its first stop string
+        ended += 1
+    assert ended > 0
+
+
 # ----------------------------------------------------------------------------- budget forcing
 
 
@@ -139,7 +157,7 @@ def test_budget_forcing_cuts_at_exactly_b_thinking_tokens_and_never_in_the_answe
         ids = out.completion_ids_BT[row, : int(out.lengths_B[row])].tolist()
         forced = out.forced_BT[row, : len(ids)].tolist()
         natural = free_ids.index(close) if close in free_ids else len(free_ids)  # thinking tokens the model writes unforced
-        if budget < 0 or budget >= natural:
+        if budget < 0 or budget > natural:
             assert ids == free_ids and not any(forced)  # a budget it does not reach changes nothing
         else:
             assert ids[:budget] == free_ids[:budget]  # the same thoughts, up to the budget
@@ -184,6 +202,20 @@ def test_a_block_the_completion_opens_is_counted_from_its_tag_and_the_answer_is_
     assert run_script(tokenizer, script, budget=10, opened=False) == (script, [False] * len(script))  # never reached
 
 
+def test_a_closing_tag_of_several_tokens_the_model_is_writing_is_never_cut():
+    tokenizer = build_char_tokenizer()  # no tag tokens: "</think>" is 8 characters, 8 tokens
+    tags = list("</think>")
+    script = ["a", "b", "c", *tags, "\\boxed{", "1", "}"]
+    for budget in range(3, 3 + len(tags) + 2):  # from exactly the natural length to past the tag
+        written, forced = run_script(tokenizer, script, budget=budget, opened=True)
+        if budget == 3:
+            assert written == ["a", "b", "c", *tags, "\\boxed{", "1", "}"] and forced[3:11] == [True] * 8  # cut at 3: the tag is forced
+        else:
+            assert written == script and not any(forced), budget  # its own tag, finished, and nothing counted past it
+    written, forced = run_script(tokenizer, ["a", "<", "x", *"yzwvutsrq"], budget=3, opened=True)
+    assert written[:3] == ["a", "<", "x"] and "".join(written[3:11]) == "</think>"  # a false start of the tag is thought like any other
+
+
 def test_a_budget_counts_the_tokens_of_an_open_prompt_block_and_a_cue_is_forced_whole(thinker):
     _, tokenizer = thinker
     written, forced = run_script(tokenizer, ["x", "y", "z", "q", "r", "s", "t"], budget=1, opened=True, forced="!</think>\\boxed{")
@@ -200,8 +232,8 @@ def test_the_fused_task_has_the_other_formats_problems_in_both_modes():
     plain_train, plain_held = make_splits(plain_cfg, 0)
     train, held = make_splits(fused_cfg, 0)
     assert [e.info["expr"] for e in train] == [e.info["expr"] for e in plain_train]
-    assert [e.info["expr"] for e in held] == [e.info["expr"] for e in plain_held] * 2
-    assert [e.info["mode"] for e in held] == [THINK] * 30 + [NO_THINK] * 30
+    assert [e.info["expr"] for e in held] == [e.info["expr"] for e in plain_held for _ in range(2)]  # both modes side by side
+    assert [e.info["mode"] for e in held] == [THINK, NO_THINK] * 30
     for e in train + held:
         assert e.prompt.endswith(" /think" if e.info["mode"] == THINK else " /no_think")
         assert mode_format(e.solution, e.answer, e.info["mode"]) == 1.0

@@ -22,6 +22,7 @@ No survivor at all stops with the count (exit 1); nothing is trained on an empty
 
 from __future__ import annotations
 
+import hashlib
 import json
 from datetime import datetime
 from pathlib import Path
@@ -142,7 +143,9 @@ def _traces(source: ModelSource, cfg: Config, train, held_out, out_dir: Path, te
     from rlvr.pipeline import data_fingerprint
 
     settings = {"source": source.identity, "rft": dict(cfg.rft.__dict__), "max_new_tokens": cfg.rollout.max_new_tokens, "seed": cfg.run.seed,
-                "reward": to_toml(cfg.reward), "problems": data_fingerprint(train), "held_out": data_fingerprint(held_out)}
+                "reward": to_toml(cfg.reward), "problems": data_fingerprint(train), "held_out": data_fingerprint(held_out),
+                "stop": list(cfg.rollout.stop), "chat_template_kwargs": dict(cfg.data.chat_template_kwargs),
+                "chat_template": hashlib.sha256(Path(cfg.data.chat_template).read_bytes()).hexdigest()[:16] if cfg.data.chat_template else ""}
     done = out_dir / TRACES_REPORT
     if done.is_file():
         report = json.loads(done.read_text())

@@ -106,6 +106,10 @@ class ThinkingBudget:
         inside_A = (inside_A & ~closed_A) | opened_A
         started_A = torch.where(opened_A, t + 1, self.started_B[rows_A])
         budget_A, idle_A = self.budget_B[rows_A], self.forcing_B[rows_A] < 0
-        spent_A = inside_A & idle_A & live_A & (budget_A >= 0) & (thought_A >= budget_A)
+        # a closing tag of several tokens the model is in the middle of writing: let it finish (or break off) first
+        pending_A = torch.zeros_like(inside_A)
+        for k in range(1, len(self.close_ids)):
+            pending_A |= inside_A & ends_with(tokens_BT, rows_A, t, self.close_ids[:k], started_A)
+        spent_A = inside_A & idle_A & live_A & ~pending_A & (budget_A >= 0) & (thought_A >= budget_A)
         self.thought_B[rows_A], self.inside_B[rows_A], self.started_B[rows_A] = thought_A, inside_A, started_A
         self.forcing_B[rows_A] = torch.where(spent_A, 0, self.forcing_B[rows_A])

@@ -185,8 +185,8 @@ def generate(
             tokens_BT[rows_A, t] = next_A
             sample_logp_BT[rows_A, t] = logp_AV.gather(1, next_A.unsqueeze(1)).squeeze(1).masked_fill(done_A, 0.0)
             ended_A = next_A == eos_id
-            for seq in stops or []:
-                ended_A |= ends_with(tokens_BT, rows_A, t, seq)
+            for seq in stops or []:  # a forced token (a budget's closing text) never ends a row
+                ended_A |= ends_with(tokens_BT, rows_A, t, seq) & (~forced_A if thinking is not None else True)
             ended_A &= ~done_A
             end_B[rows_A[ended_A]] = t
             if thinking is not None:

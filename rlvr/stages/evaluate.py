@@ -33,7 +33,7 @@ from typing import Callable
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from rlvr.config import DataConfig, EvalConfig, ThinkingConfig, atomic_write_text
+from rlvr.config import ConfigError, DataConfig, EvalConfig, ThinkingConfig, atomic_write_text
 from rlvr.data import Example, chat_prompts, format_prompt
 from rlvr.metrics import PhaseBar
 from rlvr.reward import RewardTerm
@@ -138,6 +138,11 @@ class _Evaluation:
         self.order = sorted(range(len(examples)), key=lambda i: len(self.prompts[i]))  # similar lengths decode together
         self.stops = encode_stops(tokenizer, list(stops))
         self.thinking = thinking
+        if thinking is not None and thinking.budget >= 0:
+            try:  # before any decoding: the tags as this tokenizer spells them
+                self.budget([], 1)
+            except ValueError as err:
+                raise ConfigError(f"thinking.forced: {thinking.forced!r} with this tokenizer: {err}") from None
         # a prompt whose template leaves the thinking block open (Qwen3's ends in "<think>\n"): thinking starts at once
         self.opens = [thinking is not None and p.rfind(thinking.open) > p.rfind(thinking.close) for p in self.prompts]
 

@@ -130,10 +130,10 @@ def make_splits(cfg: TaskConfig, seed: int) -> tuple[list[Example], list[Example
     if fmt != "fused":
         return [make_example(t, template, fmt) for t in train_tokens], [make_example(t, template, fmt) for t in held_out_tokens]
     # fused: a mode per training prompt (its own stream, so the problems are those of the other formats), and
-    # every held-out problem in both modes
+    # every held-out problem in both modes, next to each other (so eval.max_problems keeps both)
     modes = random.Random(f"arithmetic-modes:{seed}")
     train = [make_example(t, template, fmt, THINK if modes.random() < cfg.think_fraction else NO_THINK) for t in train_tokens]
-    return train, [make_example(t, template, fmt, mode) for mode in (THINK, NO_THINK) for t in held_out_tokens]
+    return train, [make_example(t, template, fmt, mode) for t in held_out_tokens for mode in (THINK, NO_THINK)]
 
 
 def sft_targets(examples: list[Example], batch_size: int, worked_fraction: float, seed: int, fmt: str = "plain") -> Iterator[tuple[Example, str]]:
