@@ -212,6 +212,11 @@ class RolloutConfig:
         [], "Stop strings: a completion ends when its tokens end with one (kept in it, like EOS); used in RL sampling, "
         "evaluation and rejection sampling alike."
     )
+    seeding: Literal["stream", "group"] = knob(
+        "stream", "'stream': one random stream for all of a step's samples; 'group': each prompt's G samples draw from "
+        "their own stream, seeded from run.seed, the generation round and the prompt's place in it, so results do not "
+        "depend on how a batch is split (the Ray backend with several rollout workers needs it)."
+    )
     engine: Literal["auto", "static", "transformers"] = knob(
         "auto",
         "Decoding forward pass: 'static' drives a Llama/Mistral/Qwen2/Qwen3 model's layers with a preallocated KV "

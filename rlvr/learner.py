@@ -10,6 +10,7 @@ is another class with the same verbs; the loop does not change.
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -64,6 +65,14 @@ class Learner(Protocol):
         ...
 
 
+def group_generators(seed: int, round_index: int, prompts: int, device: torch.device, first: int = 0) -> list[torch.Generator]:
+    """One random stream per prompt of a generation round (rollout.seeding = "group"), seeded from
+    (run.seed, round, the prompt's place in the round): `first` is the place of the first of the
+    `prompts` (a rollout worker given a slice of the round)."""
+    return [torch.Generator(device=device).manual_seed(random.Random(f"group:{seed}:{round_index}:{g}").getrandbits(63))
+            for g in range(first, first + prompts)]
+
+
 class LocalLearner:
     """Policy, reference, optimizer, scheduler and sampler in this process.
 
@@ -82,6 +91,7 @@ class LocalLearner:
         self.optimizer = torch.optim.AdamW(trainable, lr=tc.lr, betas=(0.9, 0.99), weight_decay=tc.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: min(1.0, (s + 1) / max(1, tc.warmup_steps)))
         self.generator = torch.Generator(device=self.device).manual_seed(cfg.run.seed)
+        self.seed, self.rounds = cfg.run.seed, 0  # rounds: generate calls so far (rollout.seeding = "group" seeds by it)
         self.stops = encode_stops(tokenizer, cfg.rollout.stop)
         self.gradient_checkpointing = cfg.model.gradient_checkpointing
         if self.gradient_checkpointing:
@@ -93,11 +103,13 @@ class LocalLearner:
         rc, G = self.rollout_cfg, self.rollout_cfg.group_size
         distinct = [format_prompt(self.tokenizer, e.prompt, self.data_cfg) for e in examples]
         prompt_ids, prompt_mask = encode_prompts(self.tokenizer, distinct, self.device)  # prefilled once, shared by G samples
+        generators = group_generators(self.seed, self.rounds, len(examples), self.device) if rc.seeding == "group" else None
+        self.rounds += 1
         rollouts = generate(
             self.policy, prompt_ids, prompt_mask,
             max_new_tokens=rc.max_new_tokens, eos_id=self.tokenizer.eos_token_id, pad_id=self.tokenizer.pad_token_id,
             temperature=rc.temperature, top_p=rc.top_p, generator=self.generator, group_size=G, engine=rc.engine,
-            top_k=rc.top_k, min_p=rc.min_p, stops=self.stops,
+            top_k=rc.top_k, min_p=rc.min_p, stops=self.stops, generators=generators,
         )
         per_row = [e for e in examples for _ in range(G)]
         return Generation([p for p in distinct for _ in range(G)], rollouts, decode_completions(self.tokenizer, rollouts),
@@ -116,12 +128,14 @@ class LocalLearner:
                          reference=self.reference, include_B=include_B)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(), "rng": rng_state(self.generator)}
+        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(), "rng": rng_state(self.generator),
+                "rounds": self.rounds}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         restore_rng_state(state["rng"], self.generator)
+        self.rounds = state.get("rounds", 0)  # absent in checkpoints from before it was recorded
 
     def weights(self) -> dict[str, torch.Tensor]:
         return self.policy.state_dict()

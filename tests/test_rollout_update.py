@@ -283,3 +283,23 @@ def test_length_buckets_give_the_whole_batch_gradient(model, tokenizer, aggregat
         rl_update(policy, opt, sched, rollouts, adv, settings, reference=copy.deepcopy(model))
         grads.append(torch.cat([p.grad.flatten() for p in policy.parameters()]))
     torch.testing.assert_close(grads[1], grads[0], atol=1e-6, rtol=1e-4)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_group_seeding_makes_a_prompts_samples_independent_of_its_batch(model, tokenizer, engine):
+    """rollout.seeding = "group": a prompt's G samples come from its own stream, so splitting a
+    round across rollout workers (each given a slice and its place in the round) samples the same
+    tokens as one batch, while a shared stream would not."""
+    from rlvr.learner import group_generators
+
+    def sample(prompts, first, seeded=True):
+        ids, mask = encode_prompts(tokenizer, prompts, torch.device("cpu"))
+        gens = group_generators(7, 3, len(prompts), torch.device("cpu"), first=first) if seeded else None
+        out = generate(model, ids, mask, max_new_tokens=10, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
+                       temperature=1.0, generator=torch.Generator().manual_seed(0), group_size=3, engine=engine, generators=gens)
+        return [out.completion_ids_BT[r, : int(out.lengths_B[r])].tolist() for r in range(len(prompts) * 3)]
+
+    whole = sample(PROMPTS, 0)
+    assert sample(PROMPTS[:2], 0) + sample(PROMPTS[2:], 2) == whole
+    assert sample(PROMPTS[2:], 0) != whole[6:]  # the place in the round is part of the seed
+    assert sample(PROMPTS[:2], 0, seeded=False) + sample(PROMPTS[2:], 2, seeded=False) != sample(PROMPTS, 0, seeded=False)

@@ -140,11 +140,15 @@ def generate(
     min_p: float = 0.0,
     stops: list[list[int]] | None = None,
     thinking: ThinkingBudget | None = None,
+    generators: list[torch.Generator] | None = None,
 ) -> Rollouts:
     """Sample `group_size` completions of each of the N prompts (rows g*G .. g*G+G-1 answer
     prompt g), decoding until every row has emitted EOS or a stop sequence (`stops`: token ids,
     rollout/controls.py), or max_new_tokens is reached. `thinking` enforces per-row thinking
-    budgets (the forced tokens are marked in `forced_BT`).
+    budgets (the forced tokens are marked in `forced_BT`). `generators` (one per prompt) gives each
+    prompt's G samples their own random stream instead of sharing `generator`: a prompt's
+    completions then do not depend on which other prompts share its batch (how a batch is split
+    across rollout workers), only on its own seed.
 
     Work is not repeated: each prompt is prefilled once and its KV cache shared by its G samples;
     rows that have finished leave the batch (`compact`: whenever they are a quarter of it, since
@@ -176,8 +180,15 @@ def generate(
             logp_AV = torch.log_softmax(logits_AV if greedy else logits_AV / temperature, dim=-1)
             if greedy:
                 next_A = logits_AV.argmax(dim=-1)
-            else:
+            elif generators is None:
                 next_A = sample_next(logits_AV, temperature, top_p, generator, top_k, min_p)
+            else:  # each prompt's rows from its own stream
+                next_A = torch.empty(len(rows_A), dtype=torch.long, device=device)
+                group_A = rows_A // G
+                for g in torch.unique(group_A).tolist():
+                    mine = (group_A == g).nonzero().squeeze(1)
+                    next_A[mine] = sample_next(logits_AV[mine], temperature, top_p, generators[g], top_k, min_p)
+            if not greedy:
                 entropy_sum += (logp_AV.exp() * logp_AV).sum(dim=-1).masked_fill(done_A, 0.0).sum().neg()
             if thinking is not None:
                 next_A, forced_A = thinking.steer(next_A, rows_A, t, max_new_tokens)
