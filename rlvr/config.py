@@ -275,6 +275,14 @@ class AlgoConfig:
         False, "With num_iterations > 1, take the old policy's log-probs from sampling instead of a forward pass "
         "(same weights; they differ by KV-cache numerics only, logged as rollout/logp_mismatch_max)."
     )
+    tis_cap: float = knob(
+        0.0, "Truncated importance sampling (0 = off; else a cap C >= 1): each token's loss is weighted by "
+        "min(pi_learner / pi_sampler, C), the learner's log-probs against the sampler's, correcting for samples drawn "
+        "by older weights (asynchronous rollouts, distributed.max_staleness > 0) or another engine's numerics."
+    )
+    tis_level: Literal["token", "sequence"] = knob(
+        "token", "Truncated importance sampling per token, or one weight per completion (the product of its token ratios, capped)."
+    )
     dynamic_sampling: bool = knob(
         False, "DAPO dynamic sampling: drop groups whose rewards are all equal (zero gradient) and sample more prompts to fill the batch."
     )
@@ -289,6 +297,11 @@ class AlgoConfig:
         _require(self.beta >= 0.0, "algo.beta", "must be >= 0")
         _require(self.num_iterations >= 1, "algo.num_iterations", "must be >= 1")
         _require(self.max_sampling_rounds >= 1, "algo.max_sampling_rounds", "must be >= 1")
+        _require(self.tis_cap == 0.0 or self.tis_cap >= 1.0, "algo.tis_cap", "must be 0 (off) or >= 1 (a cap on pi_learner / pi_sampler)")
+        _require(
+            not (self.tis_cap and self.reuse_sampling_logp and self.num_iterations > 1), "algo.tis_cap",
+            "has nothing to correct with algo.reuse_sampling_logp: the old log-probs would be the sampler's own; turn one off",
+        )
 
 
 @dataclass

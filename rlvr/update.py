@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel
 
-from rlvr.algorithms import loss_normalizer, masked_mean, policy_loss, sequence_kl
+from rlvr.algorithms import loss_normalizer, masked_mean, policy_loss, sequence_kl, truncated_is_weights
 from rlvr.config import AlgoConfig, Config
 from rlvr.logprobs import backward_outside_autocast, completion_logprobs
 from rlvr.rollout import Rollouts
@@ -122,6 +122,8 @@ class UpdateSettings:
     max_grad_norm: float
     micro_batch_tokens: int = 0
     bucket_overhead_tokens: int = 0
+    tis_cap: float = 0.0  # truncated importance sampling against the sampler's log-probs (0 = off)
+    tis_level: str = "token"
 
     @classmethod
     def from_algo(cls, algo: AlgoConfig, *, temperature: float, max_new_tokens: int, micro_batch_size: int,
@@ -132,6 +134,7 @@ class UpdateSettings:
             entropy_coef=algo.entropy_coef, num_iterations=algo.num_iterations, reuse_sampling_logp=algo.reuse_sampling_logp,
             temperature=temperature, max_new_tokens=max_new_tokens, micro_batch_size=micro_batch_size,
             max_grad_norm=max_grad_norm, micro_batch_tokens=micro_batch_tokens, bucket_overhead_tokens=bucket_overhead_tokens,
+            tis_cap=algo.tis_cap, tis_level=algo.tis_level,
         )
 
     @classmethod
@@ -200,6 +203,9 @@ def rl_update(
     else:
         old = frozen_logprobs(policy, chunks, st.temperature) if st.num_iterations > 1 else None
     ref = frozen_logprobs(reference, chunks, st.temperature) if reference is not None and kl_coef > 0 else None
+    if st.tis_cap and any(c.sample_logp_BT is None for c in chunks):
+        raise ValueError("algo.tis_cap needs the sampler's log-probs (Rollouts.sample_logp_BT); these rollouts have none")
+    tis: list[torch.Tensor | None] = [None] * len(chunks)  # the weights, once per chunk: they do not change across passes
     seconds = {"time/frozen_forward": time.perf_counter() - t0, "time/forward": 0.0, "time/backward": 0.0, "time/optimizer": 0.0}
 
     entropy_bonus = st.entropy_coef != 0.0
@@ -207,6 +213,7 @@ def rl_update(
     sums: dict[str, float] = defaultdict(float)
     tokens_seen = 0
     mismatch_sum, mismatch_max = 0.0, 0.0
+    tis_sums: dict[str, float] = defaultdict(float)
     # The optimizer's parameters, not policy.parameters(): frozen (LoRA base) weights may hold stale grads.
     trainable = [p for group in optimizer.param_groups for p in group["params"]]
     for pass_index in range(st.num_iterations):
@@ -221,9 +228,16 @@ def rl_update(
                 st.temperature, with_entropy=entropy_bonus,
             )
             logp, entropy = scored if entropy_bonus else (scored, None)
+            old_logp = old[i] if old is not None else logp.detach()
+            if st.tis_cap and tis[i] is None:
+                tis[i], capped = truncated_is_weights(old_logp, chunk.sample_logp_BT, chunk.completion_mask_BT, st.tis_cap, st.tis_level)
+                m = chunk.completion_mask_BT.bool() & torch.isfinite(adv_chunks[i]).unsqueeze(1)
+                tis_sums["loss/tis_weight_mean"] += float(torch.where(m, tis[i], 0.0).sum())
+                tis_sums["loss/tis_capped_frac"] += float((capped & m).sum())
+                tis_sums["tokens"] += float(m.sum())
             loss, metrics = policy_loss(
                 logp,
-                old[i] if old is not None else logp.detach(),
+                old_logp,
                 adv_chunks[i],
                 chunk.completion_mask_BT,
                 surrogate=st.surrogate,
@@ -239,6 +253,7 @@ def rl_update(
                 entropy=entropy,
                 entropy_coef=st.entropy_coef,
                 normalizer=normalizer,
+                is_weights=tis[i],
             )
             t1 = time.perf_counter()
             backward_outside_autocast(loss)
@@ -276,6 +291,9 @@ def rl_update(
     first_pass_tokens = tokens_seen / st.num_iterations
     out["rollout/logp_mismatch_mean"] = mismatch_sum / max(first_pass_tokens, 1)
     out["rollout/logp_mismatch_max"] = mismatch_max
+    if st.tis_cap:  # over the tokens in the loss, once (the weights are the same on every pass)
+        out["loss/tis_weight_mean"] = tis_sums["loss/tis_weight_mean"] / max(tis_sums["tokens"], 1)
+        out["loss/tis_capped_frac"] = tis_sums["loss/tis_capped_frac"] / max(tis_sums["tokens"], 1)
     out["loss/forwards"] = len(chunks)  # micro-batches (length buckets) per pass
     # Wall-clock split of the update (the reference / old-log-prob forwards, the policy's forward
     # with the loss, backward, clipping + optimizer step); on a GPU these time kernel launches

@@ -25,6 +25,7 @@ from rlvr.algorithms import (
     overlong_penalty,
     policy_loss,
     sequence_kl,
+    truncated_is_weights,
 )
 
 # ----------------------------------------------------------------------------- advantages
@@ -245,6 +246,38 @@ def test_clipped_surrogate_hand_worked():
     # clip-higher: ratio 1.25 within (0.8, 1.28) is not clipped
     loss, grad, _ = one_token(math.log(1.25), 1.0, clip_high=0.28)
     assert loss == pytest.approx(-1.25) and grad == pytest.approx(-1.25)
+
+
+def test_truncated_importance_weights_hand_worked():
+    # learner old log-probs vs sampler log-probs: ratios e^0.5, e^-1, e^2 (capped at 3), padding
+    old = torch.tensor([[0.0, -1.0, 1.0, 5.0]])
+    sampler = torch.tensor([[-0.5, 0.0, -1.0, 0.0]])
+    mask = torch.tensor([[1, 1, 1, 0]])
+    w, capped = truncated_is_weights(old, sampler, mask, cap=3.0, level="token")
+    assert w.tolist()[0] == pytest.approx([math.exp(0.5), math.exp(-1.0), 3.0, 0.0])
+    assert capped.tolist() == [[False, False, True, False]]
+    # sequence level: one weight, the product of the ratios, e^(0.5 - 1 + 2) = e^1.5, capped at 3 -> 3
+    w, capped = truncated_is_weights(old, sampler, mask, cap=3.0, level="sequence")
+    assert w.tolist()[0] == pytest.approx([3.0, 3.0, 3.0, 0.0]) and capped.tolist() == [[True, True, True, False]]
+    w, _ = truncated_is_weights(old, sampler, mask, cap=10.0, level="sequence")
+    assert w.tolist()[0] == pytest.approx([math.exp(1.5)] * 3 + [0.0])
+    # a huge gap is capped, not inf or NaN
+    w, _ = truncated_is_weights(torch.tensor([[0.0]]), torch.tensor([[-1e4]]), torch.tensor([[1]]), cap=2.0)
+    assert w.tolist() == [[2.0]]
+
+
+def test_truncated_importance_weights_scale_the_surrogate_not_the_kl():
+    """A token sampled by an older policy twice as likely (weight 0.5) contributes half the
+    policy-gradient term; the KL term is untouched."""
+    logp = torch.tensor([[math.log(0.25)]], requires_grad=True)
+    ref = torch.tensor([[math.log(0.25)]])
+    args = dict(aggregation="token_mean", ref_logp=ref, kl_coef=0.1)
+    w, _ = truncated_is_weights(logp.detach(), torch.tensor([[math.log(0.5)]]), torch.ones(1, 1), cap=2.0)
+    assert float(w) == pytest.approx(0.5)
+    loss, _ = policy_loss(logp, logp.detach(), torch.tensor([2.0]), torch.ones(1, 1), is_weights=w, **args)
+    loss.backward()
+    # surrogate -A * ratio = -2 at ratio 1, times 0.5 -> -1; KL at pi = pi_ref is 0 with gradient 0
+    assert float(loss) == pytest.approx(-1.0) and float(logp.grad) == pytest.approx(-1.0)
 
 
 def test_kl_term_adds_beta_times_k3():

@@ -303,3 +303,32 @@ def test_group_seeding_makes_a_prompts_samples_independent_of_its_batch(model, t
     assert sample(PROMPTS[:2], 0) + sample(PROMPTS[2:], 2) == whole
     assert sample(PROMPTS[2:], 0) != whole[6:]  # the place in the round is part of the seed
     assert sample(PROMPTS[:2], 0, seeded=False) + sample(PROMPTS[2:], 2, seeded=False) != sample(PROMPTS, 0, seeded=False)
+
+
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_truncated_importance_sampling_is_a_no_op_on_policy_and_corrects_stale_samples(model, tokenizer, level):
+    """On the sampler's own weights the weights are 1 up to KV-cache numerics, so the gradient is
+    unchanged; on samples drawn by other (stale) weights they move away from 1 and change it."""
+    def grad_and_metrics(policy_model, rollouts, cap):
+        policy = copy.deepcopy(policy_model).train()
+        opt = torch.optim.SGD(policy.parameters(), lr=0.0)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+        algo = AlgoConfig(tis_cap=cap, tis_level=level)
+        settings = UpdateSettings.from_algo(algo, temperature=1.0, max_new_tokens=8, micro_batch_size=64, max_grad_norm=0.0)
+        metrics = rl_update(policy, opt, sched, rollouts, torch.linspace(-1.0, 1.0, rollouts.completion_ids_BT.shape[0]), settings)
+        return torch.cat([p.grad.flatten() for p in policy.parameters()]), metrics
+
+    rollouts = make_rollouts(model, tokenizer)
+    plain, _ = grad_and_metrics(model, rollouts, 0.0)
+    same, metrics = grad_and_metrics(model, rollouts, 1e6)
+    torch.testing.assert_close(same, plain, atol=1e-5, rtol=1e-3)
+    assert metrics["loss/tis_weight_mean"] == pytest.approx(1.0, abs=1e-4) and metrics["loss/tis_capped_frac"] == 0.0
+
+    newer = copy.deepcopy(model)  # the learner moved on since these were sampled
+    with torch.no_grad():
+        for p in newer.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(3)))
+    stale_plain, _ = grad_and_metrics(newer, rollouts, 0.0)
+    stale_tis, metrics = grad_and_metrics(newer, rollouts, 2.0)
+    assert abs(metrics["loss/tis_weight_mean"] - 1.0) > 1e-3 and 0.0 <= metrics["loss/tis_capped_frac"] <= 1.0
+    assert not torch.allclose(stale_tis, stale_plain, atol=1e-5, rtol=1e-3)

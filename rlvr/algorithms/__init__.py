@@ -22,6 +22,7 @@ from rlvr.algorithms.loss import (
     masked_sum,
     policy_loss,
     sequence_kl,
+    truncated_is_weights,
 )
 from rlvr.algorithms.registry import Registry
 from rlvr.algorithms.shaping import overlong_penalty
@@ -47,4 +48,5 @@ __all__ = [
     "overlong_penalty",
     "policy_loss",
     "sequence_kl",
+    "truncated_is_weights",
 ]

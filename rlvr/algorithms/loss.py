@@ -144,6 +144,30 @@ def sequence_kl(logp_BT: torch.Tensor, ref_logp_BT: torch.Tensor, mask_BT: torch
     return masked_sum(kl_estimate(logp_BT, ref_logp_BT, estimator), mask_BT, dim=1)
 
 
+def truncated_is_weights(old_logp_BT: torch.Tensor, sample_logp_BT: torch.Tensor, mask_BT: torch.Tensor, cap: float,
+                         level: str = "token") -> tuple[torch.Tensor, torch.Tensor]:
+    """Truncated importance sampling (Ionides 2008; Yao et al. 2025 for RL of LLMs): weights
+    min(pi_old / pi_sampler, cap) that correct the surrogate for samples drawn by another
+    distribution than the learner's old policy: older weights (asynchronous rollouts) or another
+    engine's numerics. Per token, or one per completion (the product of its token ratios). Returns
+    the (B, T) weights, no graph, 0 on padding, and the (B, T) mask of where the cap bit.
+
+    >>> w, cut = truncated_is_weights(torch.tensor([[0.0, 1.0]]), torch.tensor([[0.0, 0.0]]), torch.tensor([[1, 1]]), 2.0)
+    >>> w, cut
+    (tensor([[1., 2.]]), tensor([[False,  True]]))
+    """
+    mask = mask_BT.bool()
+    log_ratio_BT = torch.where(mask, old_logp_BT.detach() - sample_logp_BT, torch.zeros_like(old_logp_BT))
+    if level == "sequence":
+        log_ratio_BT = log_ratio_BT.sum(dim=1, keepdim=True).expand_as(log_ratio_BT)
+    elif level != "token":
+        raise ValueError(f"tis level must be 'token' or 'sequence', got {level!r}")
+    # The cap is applied in log space, so a huge ratio never overflows to inf.
+    capped = log_ratio_BT > torch.log(torch.tensor(cap))
+    weights = torch.exp(log_ratio_BT.clamp(max=float(torch.log(torch.tensor(cap)))))
+    return torch.where(mask, weights, torch.zeros_like(weights)), capped & mask
+
+
 def policy_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -163,6 +187,7 @@ def policy_loss(
     entropy: torch.Tensor | None = None,
     entropy_coef: float = 0.0,
     normalizer: float | None = None,
+    is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """A per-token surrogate (default PPO's clipped ratio) plus optional KL and entropy terms, aggregated.
 
@@ -178,6 +203,9 @@ def policy_loss(
 
     `entropy` is the policy's per-token entropy (B, T) with its graph (see
     `update.completion_logprobs(..., with_entropy=True)`); entropy_coef > 0 rewards keeping it.
+
+    `is_weights` (B, T), no graph (`truncated_is_weights`) multiply each token's surrogate loss, after
+    clipping, not the KL or entropy terms: the correction is for who sampled the tokens.
 
     A row whose advantage is NaN or inf (a missing reward) is left out like padding.
 
@@ -214,6 +242,8 @@ def policy_loss(
         dual_BT = (adv_B1 < 0) & (loss_BT > cap_BT)
         loss_BT = torch.where(dual_BT, cap_BT, loss_BT)
         metrics["loss/dual_clip_frac"] = (dual_BT & mask).sum() / mask.sum().clamp(min=1)
+    if is_weights is not None:
+        loss_BT = loss_BT * is_weights.detach()
 
     if ref_logp is not None:
         kl_BT = kl_estimate(logp, ref_logp, kl_estimator)
