@@ -47,7 +47,9 @@ class CheckpointError(RunStopped):
 
 def fault_point(name: str) -> None:
     """Fault injection for the resume tests: with RLVR_KILL_AT=name@N in the environment, the
-    process SIGKILLs itself the Nth time it reaches `name` (N defaults to 1). A no-op otherwise."""
+    process SIGKILLs itself the Nth time it reaches `name` (N defaults to 1). A no-op otherwise.
+    With RLVR_KILL_ONCE=dir as well, only the first process to get there dies (it leaves a marker
+    in dir): a Ray worker restarted in a fresh process does not kill itself again."""
     spec = os.environ.get("RLVR_KILL_AT")
     if not spec:
         return
@@ -57,6 +59,12 @@ def fault_point(name: str) -> None:
     count = fault_point.counts.get(name, 0) + 1  # type: ignore[attr-defined]
     fault_point.counts[name] = count  # type: ignore[attr-defined]
     if count == int(nth or 1):
+        once = os.environ.get("RLVR_KILL_ONCE")
+        if once:
+            try:
+                os.close(os.open(os.path.join(once, f"killed-{name}"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            except FileExistsError:
+                return
         os.kill(os.getpid(), signal.SIGKILL)
 
 

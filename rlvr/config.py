@@ -212,10 +212,10 @@ class RolloutConfig:
         [], "Stop strings: a completion ends when its tokens end with one (kept in it, like EOS); used in RL sampling, "
         "evaluation and rejection sampling alike."
     )
-    seeding: Literal["stream", "group"] = knob(
-        "stream", "'stream': one random stream for all of a step's samples; 'group': each prompt's G samples draw from "
+    seeding: Literal["auto", "stream", "group"] = knob(
+        "auto", "'stream': one random stream for all of a step's samples; 'group': each prompt's G samples draw from "
         "their own stream, seeded from run.seed, the generation round and the prompt's place in it, so results do not "
-        "depend on how a batch is split (the Ray backend with several rollout workers needs it)."
+        "depend on how a round is split across rollout workers; 'auto': stream on the local backend, group on Ray."
     )
     engine: Literal["auto", "static", "transformers"] = knob(
         "auto",
@@ -522,6 +522,43 @@ class RewardConfig:
 
 
 @dataclass
+class DistributedConfig:
+    backend: Literal["local", "ray"] = knob(
+        "local", "'local': one process; 'ray': rollout workers and reward workers as Ray actors, the learner in this "
+        "process (docs/distributed.md). Nothing of Ray is imported on the local backend."
+    )
+    address: str = knob("", "Ray cluster to join: empty starts a Ray instance on this machine; 'auto' or 'host:port' joins one.")
+    rollout_workers: int = knob(2, "Rollout workers (Ray actors), each holding a copy of the policy and sampling a slice of every round.")
+    reward_workers: int = knob(1, "Reward workers (Ray actors) that verify completions as each rollout worker's slice arrives.")
+    cpus_per_worker: float = knob(1.0, "CPUs Ray reserves for each rollout worker; its torch threads are this, rounded, at least 1.")
+    gpus_per_worker: float = knob(0.0, "GPUs Ray reserves for each rollout worker (> 0: the worker samples on cuda).")
+    cpus_per_reward_worker: float = knob(
+        0.0, "CPUs Ray reserves for each reward worker (0: math verification is light; give sandboxed code verification CPUs)."
+    )
+    resources: dict[str, Any] = knob({}, "Custom Ray resources each rollout worker needs, e.g. {rollout = 1} to place them on nodes that advertise it.")
+    mode: Literal["sync", "async"] = knob(
+        "sync", "'sync': every round is sampled by the latest weights; 'async': the next rounds are sampled while the "
+        "learner updates, by weights at most distributed.max_staleness updates old (correct with algo.tis_cap)."
+    )
+    max_staleness: int = knob(1, "Async mode: how many updates old the weights that sampled a batch may be (0 = the synchronous loop).")
+    startup_timeout_s: float = knob(120.0, "Seconds to wait for the workers to come up before stopping with what the cluster lacks.")
+    max_restarts: int = knob(
+        3, "Times Ray restarts each worker that dies (its process killed, its node lost), redoing its unfinished calls; -1 = always."
+    )
+
+    def validate(self) -> None:
+        _require(self.rollout_workers >= 1, "distributed.rollout_workers", "must be >= 1")
+        _require(self.reward_workers >= 1, "distributed.reward_workers", "must be >= 1")
+        _require(self.cpus_per_worker >= 0 and self.gpus_per_worker >= 0 and self.cpus_per_reward_worker >= 0,
+                 "distributed.cpus_per_worker", "CPUs and GPUs per worker must be >= 0")
+        _require(self.max_staleness >= 0, "distributed.max_staleness", "must be >= 0")
+        _require(self.startup_timeout_s > 0, "distributed.startup_timeout_s", "must be > 0")
+        _require(self.max_restarts >= -1, "distributed.max_restarts", "must be >= 0, or -1 (always)")
+        bad = {k: v for k, v in self.resources.items() if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0}
+        _require(not bad, "distributed.resources", f"amounts must be numbers >= 0, got {bad}")
+
+
+@dataclass
 class Config:
     run: RunConfig = section(RunConfig, "Where and how the run executes.")
     model: ModelConfig = section(ModelConfig, "The policy model.")
@@ -537,6 +574,7 @@ class Config:
     rft: RFTConfig = section(RFTConfig, "Rejection sampling: verified completions of a model as SFT data (`rlvr rft`, `rlvr distill`).")
     distill: DistillConfig = section(DistillConfig, "Distillation: the teacher's token-level term in SFT.")
     thinking: ThinkingConfig = section(ThinkingConfig, "Thinking blocks: their tags, and a thinking budget at evaluation.")
+    distributed: DistributedConfig = section(DistributedConfig, "Scale-out: where rollouts and verification run (local, or Ray workers).")
 
     def validate(self, for_training: bool = True) -> "Config":
         """Check every field and the settings that contradict each other. `for_training=False`
@@ -553,6 +591,10 @@ class Config:
             f"{[name for name in surrogates if surrogates.trait(name, 'dual_clip', False)]}); set it to 0",
         )
         # Settings that are valid alone but contradict each other: say which and why.
+        _require(
+            not (self.distributed.backend == "ray" and self.rollout.seeding == "stream"), "rollout.seeding",
+            "= 'stream' cannot be split across Ray rollout workers (one stream would depend on the split); use 'group' or 'auto'",
+        )
         _require(
             not (self.sft.save_model and self.sft.steps == 0), "sft.save_model", "is true but sft.steps = 0: there is no SFT model to save"
         )

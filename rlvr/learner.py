@@ -18,7 +18,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from rlvr.checkpoint import fault_point, restore_rng_state, rng_state
-from rlvr.config import Config
+from rlvr.config import Config, RolloutConfig
 from rlvr.data import Example, chat_prompts, format_prompt
 from rlvr.models import reference_for
 from rlvr.rollout import Rollouts, decode_completions, encode_prompts, generate
@@ -34,6 +34,7 @@ class Generation:
     rollouts: Rollouts
     texts: list[str]  # the decoded completions
     prompt_messages: list[list[dict[str, str]]] | None = None  # per row, when prompts went through a chat template
+    scores: Any = None  # rlvr.reward.Scores when the learner verified them itself (Ray: reward workers), else the loop does
 
 
 class Learner(Protocol):
@@ -41,9 +42,11 @@ class Learner(Protocol):
 
     policy: torch.nn.Module  # what a checkpoint saves (safetensors keeps tied weights tied)
     pad_token_id: int  # pads rollouts of several sampling rounds to one batch
+    lookahead: int  # generation rounds it may start ahead of the update (asynchronous rollouts); 0 = none
 
-    def generate(self, examples: list[Example]) -> Generation:
-        """Sample G completions of each example's prompt from the current policy."""
+    def generate(self, examples: list[Example], upcoming: list[list[Example]] = ()) -> Generation:
+        """Sample G completions of each example's prompt from the current policy. `upcoming`: the
+        examples of the next `lookahead` rounds, which a learner may start sampling now."""
         ...
 
     def reference_kl(self, rollouts: Rollouts) -> torch.Tensor:
@@ -64,6 +67,10 @@ class Learner(Protocol):
         """The policy's weights, e.g. to synchronise a rollout worker."""
         ...
 
+    def step_metrics(self) -> dict[str, float]:
+        """Metrics of its own since the last call (the Ray backend: worker times, staleness, weight sync)."""
+        ...
+
 
 def group_generators(seed: int, round_index: int, prompts: int, device: torch.device, first: int = 0) -> list[torch.Generator]:
     """One random stream per prompt of a generation round (rollout.seeding = "group"), seeded from
@@ -71,6 +78,20 @@ def group_generators(seed: int, round_index: int, prompts: int, device: torch.de
     `prompts` (a rollout worker given a slice of the round)."""
     return [torch.Generator(device=device).manual_seed(random.Random(f"group:{seed}:{round_index}:{g}").getrandbits(63))
             for g in range(first, first + prompts)]
+
+
+def sample_groups(policy: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, prompts: list[str], rc: RolloutConfig,
+                  stops: list[list[int]], generator: torch.Generator, generators: list[torch.Generator] | None) -> tuple[Rollouts, list[str]]:
+    """G completions of each (formatted) prompt, and their texts: what a local learner and a Ray
+    rollout worker both run."""
+    prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts, next(policy.parameters()).device)  # prefilled once, shared by G samples
+    rollouts = generate(
+        policy, prompt_ids, prompt_mask,
+        max_new_tokens=rc.max_new_tokens, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
+        temperature=rc.temperature, top_p=rc.top_p, generator=generator, group_size=rc.group_size, engine=rc.engine,
+        top_k=rc.top_k, min_p=rc.min_p, stops=stops, generators=generators,
+    )
+    return rollouts, decode_completions(tokenizer, rollouts)
 
 
 class LocalLearner:
@@ -92,28 +113,22 @@ class LocalLearner:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: min(1.0, (s + 1) / max(1, tc.warmup_steps)))
         self.generator = torch.Generator(device=self.device).manual_seed(cfg.run.seed)
         self.seed, self.rounds = cfg.run.seed, 0  # rounds: generate calls so far (rollout.seeding = "group" seeds by it)
+        self.lookahead = 0
         self.stops = encode_stops(tokenizer, cfg.rollout.stop)
         self.gradient_checkpointing = cfg.model.gradient_checkpointing
         if self.gradient_checkpointing:
             policy.gradient_checkpointing_enable()
         policy.train()
 
-    def generate(self, examples: list[Example]) -> Generation:
+    def generate(self, examples: list[Example], upcoming: list[list[Example]] = ()) -> Generation:
         fault_point("generate")
-        rc, G = self.rollout_cfg, self.rollout_cfg.group_size
+        G = self.rollout_cfg.group_size
         distinct = [format_prompt(self.tokenizer, e.prompt, self.data_cfg) for e in examples]
-        prompt_ids, prompt_mask = encode_prompts(self.tokenizer, distinct, self.device)  # prefilled once, shared by G samples
-        generators = group_generators(self.seed, self.rounds, len(examples), self.device) if rc.seeding == "group" else None
+        generators = group_generators(self.seed, self.rounds, len(examples), self.device) if self.rollout_cfg.seeding == "group" else None
         self.rounds += 1
-        rollouts = generate(
-            self.policy, prompt_ids, prompt_mask,
-            max_new_tokens=rc.max_new_tokens, eos_id=self.tokenizer.eos_token_id, pad_id=self.tokenizer.pad_token_id,
-            temperature=rc.temperature, top_p=rc.top_p, generator=self.generator, group_size=G, engine=rc.engine,
-            top_k=rc.top_k, min_p=rc.min_p, stops=self.stops, generators=generators,
-        )
+        rollouts, texts = sample_groups(self.policy, self.tokenizer, distinct, self.rollout_cfg, self.stops, self.generator, generators)
         per_row = [e for e in examples for _ in range(G)]
-        return Generation([p for p in distinct for _ in range(G)], rollouts, decode_completions(self.tokenizer, rollouts),
-                          chat_prompts(self.tokenizer, per_row, self.data_cfg))
+        return Generation([p for p in distinct for _ in range(G)], rollouts, texts, chat_prompts(self.tokenizer, per_row, self.data_cfg))
 
     def reference_kl(self, rollouts: Rollouts) -> torch.Tensor:
         if self.reference is None:
@@ -139,6 +154,9 @@ class LocalLearner:
 
     def weights(self) -> dict[str, torch.Tensor]:
         return self.policy.state_dict()
+
+    def step_metrics(self) -> dict[str, float]:
+        return {}
 
     def close(self) -> None:
         if self.gradient_checkpointing:

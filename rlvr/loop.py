@@ -52,6 +52,16 @@ class PromptStream:
         self.rng.setstate(state["rng"])
         self.order = list(state["order"])
 
+    def peek(self, n: int, rounds: int) -> list[list[Example]]:
+        """What the next `rounds` calls of take(n) will return, without taking them (a learner
+        with asynchronous rollouts starts sampling them early)."""
+        if rounds <= 0:
+            return []
+        saved = self.state()
+        ahead = [self.take(n) for _ in range(rounds)]
+        self.set_state(saved)
+        return ahead
+
     def take(self, n: int) -> list[Example]:
         batch = []
         while len(batch) < n:
@@ -168,7 +178,8 @@ def rl_train(
     with JsonlWriter(run_dir / "metrics.jsonl") as metrics_out, JsonlWriter(run_dir / "samples.jsonl") as samples_out:
         for step in range(start + 1, tc.steps + 1):
             t_start = time.perf_counter()
-            samples = collect_batch(lambda: sample_round(learner, stream.take(rc.prompts_per_step), reward_terms, cfg),
+            samples = collect_batch(lambda: sample_round(learner, stream.take(rc.prompts_per_step), reward_terms, cfg,
+                                                         stream.peek(rc.prompts_per_step, learner.lookahead)),
                                     rc.prompts_per_step, G, ac, learner.pad_token_id)
             batch, scores = samples.batch, samples.scores
             _check_missing(step, scores, cfg)
@@ -188,6 +199,7 @@ def rl_train(
                     include_B &= ~batch.rollouts.truncated_B
                 record.update(learner.update(batch.rollouts, advantages_B, include_B))
             record.update(_rollout_metrics(samples, t_start, t_verified, time.perf_counter()))
+            record.update(learner.step_metrics())
             if evaluate_policy is not None and cfg.eval.every and step % cfg.eval.every == 0:
                 t_eval = time.perf_counter()
                 record.update(evaluate_policy())
@@ -212,14 +224,17 @@ def rl_train(
     return records
 
 
-def sample_round(learner: Learner, batch: list[Example], terms: list[RewardTerm], cfg: Config) -> tuple[Sampled, Scores, float, float]:
-    """One generation round: completions for `batch`, scored. Returns the generate and verify seconds too."""
+def sample_round(learner: Learner, batch: list[Example], terms: list[RewardTerm], cfg: Config,
+                 upcoming: list[list[Example]] = ()) -> tuple[Sampled, Scores, float, float]:
+    """One generation round: completions for `batch`, scored. Returns the generate and verify
+    seconds too (a learner that verifies on its own workers, as each slice is sampled, hands back
+    scores: their time is in the generate seconds). `upcoming`: the next rounds' examples."""
     t0 = time.perf_counter()
-    generation = learner.generate(batch)
+    generation = learner.generate(batch, upcoming)
     t1 = time.perf_counter()
     G, rollouts, device = cfg.rollout.group_size, generation.rollouts, generation.rollouts.completion_ids_BT.device
     per_row = [e for e in batch for _ in range(G)]
-    scores = score_completions(
+    scores = generation.scores if generation.scores is not None else score_completions(
         terms, cfg.reward, generation.prompts, generation.texts, per_row, rollouts.lengths_B.tolist(), cfg.rollout.max_new_tokens,
         prompt_messages=generation.prompt_messages, completion_ids=completion_id_lists(rollouts),
     )

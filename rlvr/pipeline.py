@@ -55,7 +55,7 @@ from rlvr.checkpoint import (
 )
 from rlvr.config import RESUMABLE_CHANGES, Config, ConfigError, atomic_write_text, changes_breaking_resume, load_config, save_config, to_toml
 from rlvr.data import Example, Problem, format_prompt, load_jsonl_splits, solution_targets
-from rlvr.learner import LocalLearner
+from rlvr.distributed import make_learner
 from rlvr.loop import TrainingError, rl_train
 from rlvr.metrics import JsonlWriter, PhaseBar, Reporter, plot_reward_curve, rewind_jsonl
 from rlvr.models import (
@@ -345,7 +345,7 @@ def held_out_figures(ctx: RunContext, model) -> dict[str, float | None]:
 
 
 def rl_stage(ctx: RunContext) -> None:
-    """RL under the configured preset, through a LocalLearner; resumes from its own step checkpoints."""
+    """RL under the configured preset, through the configured learner (local, or Ray workers); resumes from its own step checkpoints."""
     cfg = ctx.cfg
     if cfg.model.lora_rank:  # after SFT: RL trains adapters on the cold-started weights
         ctx.model = add_lora(ctx.model, cfg.model)
@@ -358,11 +358,13 @@ def rl_stage(ctx: RunContext) -> None:
             raise ConfigError(f"train.steps: {cfg.train.steps} is below the checkpoint's step {at} ({resume_from}); raise it to resume")
         ctx.reporter.print(f"resuming from {resume_from} (step {at} of {cfg.train.steps})")
     ctx.resumed_from = resume_from
-    learner = LocalLearner(ctx.model, ctx.tokenizer, cfg)
+    learner = make_learner(ctx.model, ctx.tokenizer, cfg)
     evaluate_policy = functools.partial(held_out_figures, ctx, learner.policy) if cfg.eval.every else None
-    with ctx.reporter.phase("rl", cfg.train.steps) as bar:
-        ctx.records = ctx.timed("rl", lambda: rl_train(learner, ctx.train, cfg, ctx.reward_terms, ctx.run_dir, bar, resume_from, evaluate_policy))
-    learner.close()
+    try:
+        with ctx.reporter.phase("rl", cfg.train.steps) as bar:
+            ctx.records = ctx.timed("rl", lambda: rl_train(learner, ctx.train, cfg, ctx.reward_terms, ctx.run_dir, bar, resume_from, evaluate_policy))
+    finally:
+        learner.close()  # Ray: its workers stop with the run, however it ends
     if len(ctx.records) != cfg.train.steps:  # never exit 0 having silently trained too little
         raise TrainingError(f"RL ended after {len(ctx.records)} of {cfg.train.steps} steps; see {ctx.run_dir / 'metrics.jsonl'}")
 

@@ -490,3 +490,33 @@ def test_a_finished_runs_config_loads_for_export_even_where_training_is_refused(
     with pytest.raises(ConfigError, match="run.dtype"):
         load_config(overrides=["run.dtype=bfloat16"])
     assert load_config(overrides=["run.dtype=bfloat16"], for_training=False).run.dtype == "bfloat16"
+
+
+def test_the_ray_backend_refuses_one_shared_sampling_stream_and_checks_its_fields():
+    with pytest.raises(ConfigError, match="rollout.seeding"):
+        load_config(overrides=["distributed.backend=ray", "rollout.seeding=stream"])
+    load_config(overrides=["distributed.backend=ray"])  # 'auto' seeds per group there
+    with pytest.raises(ConfigError, match="distributed.resources"):
+        load_config(overrides=["distributed.resources={rollout = -1}"])
+    with pytest.raises(ConfigError, match="distributed.rollout_workers"):
+        load_config(overrides=["distributed.rollout_workers=0"])
+
+
+def test_the_local_backend_never_imports_ray():
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from rlvr.config import load_config\n"
+        "from rlvr.distributed import make_learner\n"
+        "from rlvr.models import build_char_tokenizer, build_tiny_model\n"
+        "import rlvr.cli, rlvr.pipeline\n"
+        "cfg = load_config(overrides=['model.tiny.hidden_size=16', 'model.tiny.intermediate_size=32'])\n"
+        "tok = build_char_tokenizer()\n"
+        "learner = make_learner(build_tiny_model(tok, cfg.model.tiny, 0), tok, cfg)\n"
+        "assert type(learner).__name__ == 'LocalLearner'\n"
+        "assert 'ray' not in sys.modules, 'ray was imported'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]

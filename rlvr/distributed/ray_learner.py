@@ -1,0 +1,315 @@
+"""The Ray backend: the learner in this process, rollout and reward workers as Ray actors.
+
+Per generation round the prompts are cut into one contiguous slice per rollout worker; each
+worker samples its slice with its copy of the policy, and the slice goes straight on to a reward
+worker (Ray passes the result along without the driver touching it), so verification of one
+slice overlaps sampling of the others. The learner (LocalLearner: optimizer, reference, update)
+stays here; after every update the changed weights (LoRA: the adapters only) go into Ray's
+object store once and every rollout worker loads them.
+
+Synchronous mode waits for the weights to reach every worker before the next round. Asynchronous
+mode (distributed.mode = "async") starts the next `max_staleness` rounds as soon as a round is
+handed to the loop, so the workers sample while the learner updates; a round is then sampled by
+weights at most `max_staleness` updates old. Every round is admitted (none is dropped for being
+stale: that would bias training toward the problems that sample fast), and algo.tis_cap corrects
+the gap. Rounds in flight at a checkpoint are waited for and saved in it, so a resumed run
+trains on exactly what the uninterrupted one would have.
+
+Faults: workers are restartable actors (distributed.max_restarts) whose calls Ray retries; since
+every call names its weight version and is seeded by its prompts' places in the round, a redone
+slice equals the lost one. Workers that cannot be placed stop the run after
+distributed.startup_timeout_s with what the cluster lacks.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+import ray.exceptions
+import torch
+
+from rlvr.config import Config, DistributedConfig
+from rlvr.data import Example, chat_prompts, format_prompt
+from rlvr.distributed.workers import (
+    RewardWorker, RolloutWorker, merge_scores, rollouts_from_dict, rollouts_to_dict, trainable_weights,
+)
+from rlvr.errors import RunStopped, UsageError
+from rlvr.learner import Generation, LocalLearner
+from rlvr.rollout import Rollouts, concat_rollouts
+
+
+class DistributedError(RunStopped):
+    """The Ray workers could not start, or died more often than distributed.max_restarts allows."""
+
+
+def even_slices(n: int, parts: int) -> list[tuple[int, int]]:
+    """(first, count) of `parts` contiguous slices of n items, sizes differing by at most one; empty ones left out."""
+    base, extra = divmod(n, parts)
+    out, first = [], 0
+    for k in range(parts):
+        count = base + (k < extra)
+        if count:
+            out.append((first, count))
+        first += count
+    return out
+
+
+@dataclass
+class Round:
+    """One generation round, started (Ray references) or restored from a checkpoint (results)."""
+
+    prompts: list[str]  # the examples' raw prompts: the loop must ask for exactly these
+    version: int  # the weight version that samples it
+    slices: list[tuple[int, int]]
+    sampled: list  # RolloutWorker.generate results, or their ObjectRefs
+    scored: list | None  # RewardWorker.score ObjectRefs; None: not yet submitted (restored rounds)
+
+
+def connect(dc: DistributedConfig) -> bool:
+    """Join (distributed.address) or start a Ray instance; True if this call started the connection."""
+    if ray.is_initialized():
+        return False
+    # RLVR_* settings (sandbox options, fault injection in tests) reach the workers as they reach this process.
+    env = {k: v for k, v in os.environ.items() if k.startswith("RLVR_")}
+    options: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING, "runtime_env": {"env_vars": env}}
+    if dc.address:
+        ray.init(address=dc.address, **options)
+    else:
+        ray.init(num_cpus=os.cpu_count() or 1, **options)
+    return True
+
+
+def required_resources(dc: DistributedConfig) -> dict[str, float]:
+    need = defaultdict(float)
+    need["CPU"] += dc.rollout_workers * dc.cpus_per_worker + dc.reward_workers * dc.cpus_per_reward_worker
+    need["GPU"] += dc.rollout_workers * dc.gpus_per_worker
+    for name, amount in dc.resources.items():
+        need[name] += dc.rollout_workers * float(amount)
+    return {k: v for k, v in need.items() if v > 0}
+
+
+def _asks(dc: DistributedConfig) -> str:
+    one = {"CPU": dc.cpus_per_worker, "GPU": dc.gpus_per_worker, **dc.resources}
+    return (f"{dc.rollout_workers} rollout workers x {({k: v for k, v in one.items() if v})} and {dc.reward_workers} reward workers x "
+            f"{dc.cpus_per_reward_worker} CPU")
+
+
+class RayLearner:
+    """The Learner verbs with sampling and verification on Ray workers (module doc)."""
+
+    def __init__(self, policy: torch.nn.Module, tokenizer, cfg: Config) -> None:
+        self.local = LocalLearner(policy, tokenizer, cfg)
+        self.policy, self.tokenizer, self.pad_token_id, self.cfg = policy, tokenizer, tokenizer.pad_token_id, cfg
+        self.device = next(policy.parameters()).device
+        dc = self.dc = cfg.distributed
+        self.lookahead = dc.max_staleness if dc.mode == "async" else 0
+        self.rounds, self.version, self.pending = 0, 0, {}
+        self.rollout, self.reward, self.pids = [], [], {}
+        self.metrics: dict[str, float] = defaultdict(float)
+        self.owns_ray = connect(dc)
+        try:
+            self._start_workers()
+        except BaseException:
+            self.close()
+            raise
+
+    # ------------------------------------------------------------------ workers
+
+    def _start_workers(self) -> None:
+        dc = self.dc
+        need, have = required_resources(dc), ray.cluster_resources()
+        short = {k: f"needs {v:g}, has {have.get(k, 0):g}" for k, v in need.items() if have.get(k, 0) + 1e-9 < v}
+        if short:
+            raise DistributedError(f"the Ray cluster cannot hold {_asks(dc)}: {short}. Lower distributed.rollout_workers or the "
+                                   "resources per worker, or add nodes that have them")
+        model = self.policy if self.device.type == "cpu" else copy.deepcopy(self.policy).cpu()
+        self.model_ref = ray.put(model)  # version 0: what a worker starts from, and restarts from
+        self.weights = {0: ray.put(trainable_weights(self.policy))}
+        restart = {"max_restarts": dc.max_restarts, "max_task_retries": -1}
+        rollout_actor = ray.remote(RolloutWorker).options(
+            num_cpus=dc.cpus_per_worker, num_gpus=dc.gpus_per_worker, resources=dict(dc.resources), **restart)
+        threads, device = max(1, round(dc.cpus_per_worker)), "cuda" if dc.gpus_per_worker > 0 else "cpu"
+        self.rollout = [rollout_actor.remote(self.model_ref, self.tokenizer, self.cfg, threads, device) for _ in range(dc.rollout_workers)]
+        reward_actor = ray.remote(RewardWorker).options(num_cpus=dc.cpus_per_reward_worker, **restart)
+        self.reward = [reward_actor.remote(self.cfg) for _ in range(dc.reward_workers)]
+        probes = [a.ready.remote() for a in self.rollout + self.reward]
+        done, waiting = ray.wait(probes, num_returns=len(probes), timeout=dc.startup_timeout_s)
+        if waiting:
+            raise DistributedError(
+                f"{len(waiting)} of {len(probes)} Ray workers did not start within distributed.startup_timeout_s = "
+                f"{dc.startup_timeout_s:g} s. Asked for {_asks(dc)}; the cluster has {_fmt(ray.available_resources())} free of "
+                f"{_fmt(ray.cluster_resources())}, and one worker's resources must fit on one node"
+            )
+        infos = self._get(done)
+        self.pids = {k: info["pid"] for k, info in enumerate(infos[: len(self.rollout)])}
+
+    def _get(self, refs: list) -> list:
+        try:
+            return ray.get(refs)
+        except ray.exceptions.RayTaskError as err:  # a worker's call raised: a run-stopping error keeps its type
+            if isinstance(err.cause, (RunStopped, UsageError)):
+                raise err.cause from None
+            raise DistributedError(f"a Ray worker failed: {err.cause!r}") from err
+        except ray.exceptions.RayActorError as err:
+            raise DistributedError(
+                f"a Ray worker died more often than distributed.max_restarts = {self.dc.max_restarts} allows: {err}"
+            ) from err
+
+    # ------------------------------------------------------------------ generation rounds
+
+    def _submit(self, round_index: int, examples: list[Example]) -> None:
+        t0 = time.perf_counter()
+        G = self.cfg.rollout.group_size
+        prompts = [format_prompt(self.tokenizer, e.prompt, self.cfg.data) for e in examples]
+        slices = even_slices(len(examples), len(self.rollout))
+        weights = [self.weights[self.version]]  # in a list: Ray passes the reference, the worker fetches on a version change
+        sampled = [self.rollout[w].generate.remote(prompts[first:first + n], round_index, first, self.version, weights)
+                   for w, (first, n) in enumerate(slices)]
+        self.pending[round_index] = Round([e.prompt for e in examples], self.version, slices, sampled, None)
+        self._score(self.pending[round_index], examples, prompts)
+        self.metrics["time/dispatch"] += time.perf_counter() - t0
+
+    def _score(self, rnd: Round, examples: list[Example], prompts: list[str]) -> None:
+        G = self.cfg.rollout.group_size
+        rnd.scored = []
+        for w, ((first, n), sampled) in enumerate(zip(rnd.slices, rnd.sampled)):
+            rows = [e for e in examples[first:first + n] for _ in range(G)]
+            rnd.scored.append(self.reward[w % len(self.reward)].score.remote(
+                sampled, [p for p in prompts[first:first + n] for _ in range(G)], rows, chat_prompts(self.tokenizer, rows, self.cfg.data)))
+
+    def generate(self, examples: list[Example], upcoming: list[list[Example]] = ()) -> Generation:
+        r = self.rounds
+        self.rounds += 1
+        if r not in self.pending:
+            self._submit(r, examples)
+        for ahead, later in enumerate(upcoming[: self.lookahead], start=1):
+            if r + ahead not in self.pending:
+                self._submit(r + ahead, later)
+        rnd = self.pending.pop(r)
+        if rnd.prompts != [e.prompt for e in examples]:
+            raise RuntimeError(f"round {r} was started for other prompts than the loop now asks for (a bug in the lookahead)")
+        prompts = [format_prompt(self.tokenizer, e.prompt, self.cfg.data) for e in examples]
+        if rnd.scored is None:  # restored from a checkpoint: sampled, not yet scored
+            self._score(rnd, examples, prompts)
+        t0 = time.perf_counter()
+        sampled = [s if isinstance(s, dict) else None for s in rnd.sampled]
+        fetched = self._get([s for s in rnd.sampled if not isinstance(s, dict)] + rnd.scored)
+        n_refs = len(fetched) - len(rnd.scored)
+        it = iter(fetched[:n_refs])
+        sampled = [s if s is not None else next(it) for s in sampled]
+        scored = fetched[n_refs:]
+        self._account(rnd, sampled, scored, time.perf_counter() - t0)
+        parts = [self._to_device(rollouts_from_dict(s["rollouts"])) for s in sampled]
+        rollouts = parts[0] if len(parts) == 1 else concat_rollouts(parts, self.pad_token_id)
+        G = self.cfg.rollout.group_size
+        per_row = [e for e in examples for _ in range(G)]
+        return Generation([p for p in prompts for _ in range(G)], rollouts, [t for s in sampled for t in s["texts"]],
+                          chat_prompts(self.tokenizer, per_row, self.cfg.data), scores=merge_scores([s["scores"] for s in scored]))
+
+    def _to_device(self, r: Rollouts) -> Rollouts:
+        if self.device.type == "cpu":
+            return r
+        return Rollouts(**{k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in rollouts_to_dict(r).items()})
+
+    def _account(self, rnd: Round, sampled: list[dict], scored: list[dict], wait_s: float) -> None:
+        m = self.metrics
+        m["time/ray_wait"] += wait_s  # blocked on the workers
+        m["time/rollout_workers"] += max(s["generate_s"] for s in sampled)  # the slowest worker's sampling
+        m["time/reward_workers"] += max(s["verify_s"] for s in scored)
+        m["time/weight_load"] += max(s["load_s"] for s in sampled)
+        staleness = self.version - rnd.version
+        m["distributed/staleness_max"] = max(m.get("distributed/staleness_max", 0), staleness)
+        m["distributed/rounds"] += 1
+        m["distributed/staleness_sum"] += staleness
+        for w, s in enumerate(sampled):
+            if self.pids.get(w) not in (None, s["pid"]):
+                m["distributed/worker_restarts"] += 1
+            self.pids[w] = s["pid"]
+
+    def step_metrics(self) -> dict[str, float]:
+        m, self.metrics = dict(self.metrics), defaultdict(float)
+        rounds = m.pop("distributed/rounds", 0)
+        if rounds:
+            m["distributed/staleness_mean"] = m.pop("distributed/staleness_sum") / rounds
+        m.setdefault("distributed/worker_restarts", 0)
+        return m
+
+    # ------------------------------------------------------------------ update and weights
+
+    def update(self, rollouts: Rollouts, advantages_B: torch.Tensor, include_B: torch.Tensor) -> dict[str, float]:
+        out = self.local.update(rollouts, advantages_B, include_B)
+        out.update(self._sync_weights())
+        return out
+
+    def _sync_weights(self) -> dict[str, float]:
+        """The changed weights into the object store once. Synchronous mode has every rollout worker
+        load them now and waits; asynchronous mode does not wait: the next round each worker is
+        asked for names this version, and the worker loads it first (time/weight_load)."""
+        t0 = time.perf_counter()
+        weights = trainable_weights(self.policy)
+        nbytes = sum(t.numel() * t.element_size() for t in weights.values())
+        self.version += 1
+        self.weights[self.version] = ray.put(weights)
+        put_s = time.perf_counter() - t0
+        if self.lookahead == 0:
+            loaded = self._get([w.load.remote(self.version, [self.weights[self.version]]) for w in self.rollout])
+            self.metrics["time/weight_load"] += max(loaded)
+        in_use = {self.version} | {rnd.version for rnd in self.pending.values()}
+        self.weights = {v: ref for v, ref in self.weights.items() if v in in_use}
+        return {"time/weight_sync": time.perf_counter() - t0, "time/weight_put": put_s, "distributed/weight_sync_bytes": nbytes}
+
+    def reference_kl(self, rollouts: Rollouts) -> torch.Tensor:
+        return self.local.reference_kl(rollouts)
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        return self.local.weights()
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def state_dict(self) -> dict[str, Any]:
+        """The local learner's state, the round and version counters, and the rounds already started
+        (waited for: their samples, drawn by older weights, are part of an exact resume)."""
+        pending = []
+        for r in sorted(self.pending):
+            rnd = self.pending[r]
+            sampled = [s if isinstance(s, dict) else None for s in rnd.sampled]
+            fetched = iter(self._get([s for s in rnd.sampled if not isinstance(s, dict)]))
+            rnd.sampled = [s if s is not None else next(fetched) for s in sampled]
+            pending.append({"round": r, "prompts": rnd.prompts, "version": rnd.version, "slices": [list(s) for s in rnd.slices],
+                            "sampled": rnd.sampled})
+        return {**self.local.state_dict(), "rounds": self.rounds, "ray": {"version": self.version, "pending": pending}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.local.load_state_dict(state)
+        self.rounds = state.get("rounds", 0)
+        saved = state.get("ray", {"version": 0, "pending": []})
+        self.version = saved["version"]
+        self.pending = {p["round"]: Round(p["prompts"], p["version"], [tuple(s) for s in p["slices"]], p["sampled"], None)
+                        for p in saved["pending"]}
+        # The policy now holds the checkpoint's weights; the workers still hold the run's first ones.
+        self.weights = {self.version: ray.put(trainable_weights(self.policy))}
+        self._get([w.load.remote(self.version, [self.weights[self.version]]) for w in self.rollout])
+
+    def close(self) -> None:
+        try:
+            if self.reward:
+                ray.wait([w.close.remote() for w in self.reward], num_returns=len(self.reward), timeout=10)
+            for actor in self.rollout + self.reward:
+                ray.kill(actor)
+        finally:
+            self.rollout, self.reward = [], []
+            if self.owns_ray and ray.is_initialized():
+                ray.shutdown()
+            self.local.close()
+
+
+def _fmt(resources: dict[str, float]) -> str:
+    keep = {k: round(v, 2) for k, v in resources.items() if not k.startswith(("node:", "memory", "object_store_memory"))}
+    return str(keep)

@@ -1,0 +1,126 @@
+"""The Ray backend's workers, as plain classes (ray_learner.py turns them into actors).
+
+A `RolloutWorker` holds a copy of the policy and samples slices of generation rounds with rlvr's
+own engine; a `RewardWorker` scores a slice as soon as it is sampled. Neither keeps state that a
+restart would lose: every sampling request names the weight version it must use (and carries a
+reference to those weights in Ray's object store), and every slice is seeded by its prompts'
+places in the round (rollout.seeding = "group"). So when Ray restarts a killed worker and retries
+its calls, in whatever order, the redone work is the work that was lost, token for token.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import fields
+from typing import Any
+
+import torch
+
+from rlvr.checkpoint import fault_point
+from rlvr.config import Config
+from rlvr.data import Example
+from rlvr.learner import group_generators, sample_groups
+from rlvr.reward import Scores, build_reward_terms, close_reward_terms, score_completions
+from rlvr.rollout import Rollouts, completion_id_lists
+from rlvr.rollout.controls import encode_stops
+
+
+def trainable_weights(policy: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """What an update changes, as CPU tensors: every parameter when training full weights, only the
+    adapters under LoRA. Tied parameters appear once (named_parameters drops duplicates)."""
+    return {name: p.detach().to("cpu", copy=True) for name, p in policy.named_parameters() if p.requires_grad}
+
+
+def load_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor]) -> None:
+    params = dict(model.named_parameters())
+    missing = set(weights) - set(params)
+    if missing:
+        raise KeyError(f"weights for parameters this worker's model lacks: {sorted(missing)[:5]}")
+    with torch.no_grad():
+        for name, value in weights.items():
+            params[name].copy_(value)
+
+
+def rollouts_to_dict(r: Rollouts) -> dict[str, Any]:
+    """Plain tensors and numbers (a checkpoint's trainer state loads with weights_only=True)."""
+    return {f.name: getattr(r, f.name) for f in fields(r)}
+
+
+def rollouts_from_dict(d: dict[str, Any]) -> Rollouts:
+    return Rollouts(**d)
+
+
+class RolloutWorker:
+    """Samples slices of generation rounds from its copy of the policy."""
+
+    def __init__(self, model: torch.nn.Module, tokenizer, cfg: Config, threads: int, device: str) -> None:
+        torch.set_num_threads(threads)
+        torch.set_flush_denormal(True)  # as the driver does (pipeline.configure_cpu_math)
+        self.model, self.tokenizer, self.cfg = model.to(device), tokenizer, cfg
+        self.version = 0  # the initial model is version 0
+        self.stops = encode_stops(tokenizer, cfg.rollout.stop)
+        self.generator = torch.Generator(device=device)  # unused under group seeding; generate() wants one
+
+    def ready(self) -> dict[str, Any]:
+        import ray
+
+        return {"pid": os.getpid(), "node": ray.get_runtime_context().get_node_id(), "threads": torch.get_num_threads()}
+
+    def load(self, version: int, weights: list) -> float:
+        """Take weights `version` (weights = [an ObjectRef], so Ray hands over the reference and
+        the worker fetches only when it needs to). Returns the seconds it took (0 when current)."""
+        if version == self.version:
+            return 0.0
+        import ray
+
+        t0 = time.perf_counter()
+        load_weights(self.model, ray.get(weights[0]))
+        self.version = version
+        return time.perf_counter() - t0
+
+    def generate(self, prompts: list[str], round_index: int, first: int, version: int, weights: list) -> dict[str, Any]:
+        """G completions of each of `prompts`, the prompts first .. first+len-1 of round `round_index`."""
+        load_s = self.load(version, weights)
+        fault_point("rollout_generate")
+        t0 = time.perf_counter()
+        device = next(self.model.parameters()).device
+        generators = group_generators(self.cfg.run.seed, round_index, len(prompts), device, first=first)
+        from rlvr.pipeline import forward_precision  # here: the pipeline imports the learners
+
+        with forward_precision(self.cfg, device):
+            rollouts, texts = sample_groups(self.model, self.tokenizer, prompts, self.cfg.rollout, self.stops, self.generator, generators)
+        rollouts = Rollouts(*(v.cpu() if isinstance(v, torch.Tensor) else v for v in (getattr(rollouts, f.name) for f in fields(rollouts))))
+        return {"rollouts": rollouts_to_dict(rollouts), "texts": texts, "generate_s": time.perf_counter() - t0, "load_s": load_s,
+                "pid": os.getpid(), "version": version}
+
+
+class RewardWorker:
+    """Scores slices of completions with the run's reward terms (built here, sandboxes included)."""
+
+    def __init__(self, cfg: Config) -> None:
+        torch.set_num_threads(1)
+        self.cfg, self.terms = cfg, build_reward_terms(cfg.reward)
+
+    def ready(self) -> dict[str, Any]:
+        return {"pid": os.getpid()}
+
+    def score(self, sampled: dict[str, Any], prompts: list[str], examples: list[Example],
+              prompt_messages: list | None) -> dict[str, Any]:
+        """Scores of one sampled slice (`sampled`: a RolloutWorker.generate result), rows in order."""
+        fault_point("reward_score")
+        t0 = time.perf_counter()
+        rollouts = rollouts_from_dict(sampled["rollouts"])
+        scores = score_completions(
+            self.terms, self.cfg.reward, prompts, sampled["texts"], examples, rollouts.lengths_B.tolist(), self.cfg.rollout.max_new_tokens,
+            prompt_messages=prompt_messages, completion_ids=completion_id_lists(rollouts),
+        )
+        return {"scores": scores, "verify_s": time.perf_counter() - t0, "pid": os.getpid()}
+
+    def close(self) -> None:
+        close_reward_terms(self.terms)
+
+
+def merge_scores(parts: list[Scores]) -> Scores:
+    return parts[0] if len(parts) == 1 else Scores.merge(parts)
+
