@@ -145,3 +145,13 @@ def test_a_killed_driver_resumes_an_async_run_exactly(cluster, tmp_path):
     resumed = cli(broken, resume=True)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert_same_run(whole, broken)
+
+
+def test_weights_travel_as_raw_bytes_and_come_back_exactly_in_every_dtype():
+    from rlvr.distributed.workers import pack_weights, unpack_weights, weights_nbytes
+
+    w = {"a": torch.randn(3, 4), "b": torch.randn(5).to(torch.bfloat16), "c": torch.randn(2, 2, 2).half()}
+    packed = pack_weights(w)
+    back = unpack_weights(ray.get(ray.put(packed)) if ray.is_initialized() else packed)
+    assert all(back[k].dtype == w[k].dtype and torch.equal(back[k], w[k]) for k in w)
+    assert weights_nbytes(packed) == 12 * 4 + 5 * 2 + 8 * 2

@@ -285,22 +285,41 @@ def test_length_buckets_give_the_whole_batch_gradient(model, tokenizer, aggregat
     torch.testing.assert_close(grads[1], grads[0], atol=1e-6, rtol=1e-4)
 
 
+@pytest.fixture
+def ends_at_random(model, tokenizer):
+    """The model with its EOS logit raised, so rows end at random steps: the rows of one prompt
+    finish at different times, and finished rows linger until the batch is compacted."""
+    def raise_eos(module, args, output):
+        output[..., tokenizer.eos_token_id] += 3.0
+        return output
+
+    handle = model.lm_head.register_forward_hook(raise_eos)
+    yield model
+    handle.remove()
+
+
 @pytest.mark.parametrize("engine", ENGINES)
-def test_group_seeding_makes_a_prompts_samples_independent_of_its_batch(model, tokenizer, engine):
+def test_group_seeding_makes_a_prompts_samples_independent_of_its_batch(ends_at_random, tokenizer, engine):
     """rollout.seeding = "group": a prompt's G samples come from its own stream, so splitting a
     round across rollout workers (each given a slice and its place in the round) samples the same
-    tokens as one batch, while a shared stream would not."""
+    tokens as one batch, while a shared stream would not. Only rows still writing may draw from a
+    stream: when finished rows are compacted away depends on the whole batch."""
     from rlvr.learner import group_generators
 
-    def sample(prompts, first, seeded=True):
+    def sample(prompts, first, seeded=True, compact=True):
         ids, mask = encode_prompts(tokenizer, prompts, torch.device("cpu"))
         gens = group_generators(7, 3, len(prompts), torch.device("cpu"), first=first) if seeded else None
-        out = generate(model, ids, mask, max_new_tokens=10, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
-                       temperature=1.0, generator=torch.Generator().manual_seed(0), group_size=3, engine=engine, generators=gens)
+        out = generate(ends_at_random, ids, mask, max_new_tokens=12, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
+                       temperature=1.0, generator=torch.Generator().manual_seed(0), group_size=3, engine=engine, generators=gens,
+                       compact=compact)
         return [out.completion_ids_BT[r, : int(out.lengths_B[r])].tolist() for r in range(len(prompts) * 3)]
 
     whole = sample(PROMPTS, 0)
+    lengths = [len(row) for row in whole]
+    assert any(len(set(lengths[g * 3:(g + 1) * 3])) > 1 for g in range(len(PROMPTS)))  # a prompt's rows end apart
     assert sample(PROMPTS[:2], 0) + sample(PROMPTS[2:], 2) == whole
+    assert sample(PROMPTS[:1], 0) + sample(PROMPTS[1:], 1) == whole
+    assert sample(PROMPTS, 0, compact=False) == whole
     assert sample(PROMPTS[2:], 0) != whole[6:]  # the place in the round is part of the seed
     assert sample(PROMPTS[:2], 0, seeded=False) + sample(PROMPTS[2:], 2, seeded=False) != sample(PROMPTS, 0, seeded=False)
 

@@ -38,7 +38,7 @@ import torch
 from rlvr.config import Config, DistributedConfig
 from rlvr.data import Example, chat_prompts, format_prompt
 from rlvr.distributed.workers import (
-    RewardWorker, RolloutWorker, merge_scores, rollouts_from_dict, rollouts_to_dict, trainable_weights,
+    RewardWorker, RolloutWorker, merge_scores, pack_weights, rollouts_from_dict, rollouts_to_dict, trainable_weights, weights_nbytes,
 )
 from rlvr.errors import RunStopped, UsageError
 from rlvr.learner import Generation, LocalLearner
@@ -131,7 +131,7 @@ class RayLearner:
                                    "resources per worker, or add nodes that have them")
         model = self.policy if self.device.type == "cpu" else copy.deepcopy(self.policy).cpu()
         self.model_ref = ray.put(model)  # version 0: what a worker starts from, and restarts from
-        self.weights = {0: ray.put(trainable_weights(self.policy))}
+        self.weights = {0: ray.put(pack_weights(trainable_weights(self.policy)))}
         restart = {"max_restarts": dc.max_restarts, "max_task_retries": -1}
         rollout_actor = ray.remote(RolloutWorker).options(
             num_cpus=dc.cpus_per_worker, num_gpus=dc.gpus_per_worker, resources=dict(dc.resources), **restart)
@@ -253,17 +253,16 @@ class RayLearner:
         load them now and waits; asynchronous mode does not wait: the next round each worker is
         asked for names this version, and the worker loads it first (time/weight_load)."""
         t0 = time.perf_counter()
-        weights = trainable_weights(self.policy)
-        nbytes = sum(t.numel() * t.element_size() for t in weights.values())
+        weights = pack_weights(trainable_weights(self.policy))
         self.version += 1
-        self.weights[self.version] = ray.put(weights)
+        self.weights[self.version] = ray.put(weights)  # the copy: the packed arrays are views of the live parameters
         put_s = time.perf_counter() - t0
         if self.lookahead == 0:
             loaded = self._get([w.load.remote(self.version, [self.weights[self.version]]) for w in self.rollout])
             self.metrics["time/weight_load"] += max(loaded)
         in_use = {self.version} | {rnd.version for rnd in self.pending.values()}
         self.weights = {v: ref for v, ref in self.weights.items() if v in in_use}
-        return {"time/weight_sync": time.perf_counter() - t0, "time/weight_put": put_s, "distributed/weight_sync_bytes": nbytes}
+        return {"time/weight_sync": time.perf_counter() - t0, "time/weight_put": put_s, "distributed/weight_sync_bytes": weights_nbytes(weights)}
 
     def reference_kl(self, rollouts: Rollouts) -> torch.Tensor:
         return self.local.reference_kl(rollouts)
@@ -294,7 +293,7 @@ class RayLearner:
         self.pending = {p["round"]: Round(p["prompts"], p["version"], [tuple(s) for s in p["slices"]], p["sampled"], None)
                         for p in saved["pending"]}
         # The policy now holds the checkpoint's weights; the workers still hold the run's first ones.
-        self.weights = {self.version: ray.put(trainable_weights(self.policy))}
+        self.weights = {self.version: ray.put(pack_weights(trainable_weights(self.policy)))}
         self._get([w.load.remote(self.version, [self.weights[self.version]]) for w in self.rollout])
 
     def close(self) -> None:

@@ -183,10 +183,12 @@ def generate(
             elif generators is None:
                 next_A = sample_next(logits_AV, temperature, top_p, generator, top_k, min_p)
             else:  # each prompt's rows from its own stream
-                next_A = torch.empty(len(rows_A), dtype=torch.long, device=device)
+                # Only rows still writing draw: which finished rows linger until the batch is
+                # compacted depends on the whole batch, and a stream must depend on its group alone.
+                next_A = torch.full((len(rows_A),), pad_id, dtype=torch.long, device=device)
                 group_A = rows_A // G
-                for g in torch.unique(group_A).tolist():
-                    mine = (group_A == g).nonzero().squeeze(1)
+                for g in torch.unique(group_A[~done_A]).tolist():
+                    mine = ((group_A == g) & ~done_A).nonzero().squeeze(1)
                     next_A[mine] = sample_next(logits_AV[mine], temperature, top_p, generators[g], top_k, min_p)
             if not greedy:
                 entropy_sum += (logp_AV.exp() * logp_AV).sum(dim=-1).masked_fill(done_A, 0.0).sum().neg()
