@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -53,6 +54,7 @@ def sft_model(work: Path) -> Path:
 
 def rl_run(model: Path, name: str, repeat: int, steps: int, work: Path) -> list[dict]:
     run_dir = work / f"{name.replace(' ', '_')}-{repeat}"
+    shutil.rmtree(run_dir, ignore_errors=True)  # a fresh run each time (an old one would be refused)
     cmd = [sys.executable, "-m", "rlvr.cli", "lab", "--quiet", f"model.path={json.dumps(str(model))}", "sft.steps=0",
            f"train.steps={steps}", "checkpoint.every=0", f"run.output_dir={json.dumps(str(run_dir))}",
            *CONFIGS[name]]

@@ -74,13 +74,22 @@ def sync2(cluster, tmp_path_factory):
     return lab(tmp_path_factory.mktemp("sync2") / "run", ray_args(cluster))
 
 
-def test_one_rollout_worker_trains_exactly_what_the_local_backend_does(cluster, tmp_path):
-    local = lab(tmp_path / "local", ["rollout.seeding=group"])
-    remote = lab(tmp_path / "ray", ray_args(cluster, workers=1))
+@pytest.mark.parametrize("variant", [[], ["model.lora_rank=4"], ["algo.preset=dapo"]], ids=["full", "lora", "dapo"])
+def test_one_rollout_worker_trains_exactly_what_the_local_backend_does(cluster, tmp_path, variant):
+    """Full weights, LoRA adapters (only they travel), and DAPO's dynamic sampling (several rounds a step)."""
+    local = lab(tmp_path / "local", ["rollout.seeding=group"] + variant)
+    remote = lab(tmp_path / "ray", ray_args(cluster, workers=1) + variant)
     assert_same_run(local, remote)
     records = read_jsonl_records(remote / "metrics.jsonl")
-    assert all(r["distributed/weight_sync_bytes"] > 0 and r["distributed/staleness_max"] == 0 for r in records)
+    assert all(r["distributed/staleness_max"] == 0 for r in records)
     assert sum(r["loss/active_frac"] > 0 for r in records) >= 2, "too few steps updated: the equality would say little"
+    summary = json.loads((remote / "summary.json").read_text())
+    trainable_bytes = 4 * summary["trainable_parameters"]  # fp32
+    assert all(r["distributed/weight_sync_bytes"] == trainable_bytes for r in records)
+    if variant == ["model.lora_rank=4"]:
+        assert trainable_bytes < summary["parameters"]  # the adapters, not the model
+    if variant == ["algo.preset=dapo"]:
+        assert any(r["sampling/rounds"] > 1 for r in records)
 
 
 def test_two_workers_are_deterministic_and_async_with_staleness_0_is_the_sync_loop(cluster, sync2, tmp_path):
@@ -155,3 +164,29 @@ def test_weights_travel_as_raw_bytes_and_come_back_exactly_in_every_dtype():
     back = unpack_weights(ray.get(ray.put(packed)) if ray.is_initialized() else packed)
     assert all(back[k].dtype == w[k].dtype and torch.equal(back[k], w[k]) for k in w)
     assert weights_nbytes(packed) == 12 * 4 + 5 * 2 + 8 * 2
+
+
+def test_a_reward_worker_runs_the_sandboxed_code_verifier_on_another_node(cluster):
+    """Verification of code runs in a reward worker's process (its own sandbox), not the driver's."""
+    from rlvr.distributed.workers import RewardWorker, rollouts_to_dict
+    from rlvr.data import Example
+    from rlvr.rollout import Rollouts
+
+    cfg = load_config(overrides=['reward.functions=["python_code"]'])
+    tests = json.dumps({"asserts": ["assert add(2, 3) == 5", "assert add(-1, 1) == 0"]})
+    texts = ["```python\ndef add(a, b):\n    return a + b\n```", "```python\ndef add(a, b):\n    return a - b\n```",
+             "```python\nimport os\nos.system('touch /tmp/pwned')\ndef add(a, b):\n    return 5\n```"]
+    n = len(texts)
+    rollouts = Rollouts(torch.ones(n, 1, dtype=torch.long), torch.ones(n, 1, dtype=torch.long), torch.ones(n, 2, dtype=torch.long),
+                        torch.ones(n, 2, dtype=torch.long), torch.zeros(n, dtype=torch.bool), 0.0)
+    ray.init(address=cluster.address, include_dashboard=False, logging_level="ERROR")
+    try:
+        worker = ray.remote(RewardWorker).options(resources={"rollout": 1}).remote(cfg)
+        out = ray.get(worker.score.remote({"rollouts": rollouts_to_dict(rollouts), "texts": texts}, ["p"] * n,
+                                          [Example("p", tests)] * n, None), timeout=120)
+        assert out["pid"] != os.getpid()
+        assert out["scores"].total_B.tolist() == [1.0, 0.0, 0.5]
+        ray.get(worker.close.remote())
+    finally:
+        ray.shutdown()
+    assert not Path("/tmp/pwned").exists()
