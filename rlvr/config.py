@@ -278,7 +278,8 @@ class AlgoConfig:
     tis_cap: float = knob(
         0.0, "Truncated importance sampling (0 = off; else a cap C >= 1): each token's loss is weighted by "
         "min(pi_learner / pi_sampler, C), the learner's log-probs against the sampler's, correcting for samples drawn "
-        "by older weights (asynchronous rollouts, distributed.max_staleness > 0) or another engine's numerics."
+        "by older weights (asynchronous rollouts, distributed.max_staleness > 0) or another engine's numerics. The "
+        "sampler's log-probs are those of its tempered distribution before top-k / top-p / min-p truncation."
     )
     tis_level: Literal["token", "sequence"] = knob(
         "token", "Truncated importance sampling per token, or one weight per completion (the product of its token ratios, capped)."
@@ -543,7 +544,8 @@ class DistributedConfig:
     max_staleness: int = knob(1, "Async mode: how many updates old the weights that sampled a batch may be (0 = the synchronous loop).")
     startup_timeout_s: float = knob(120.0, "Seconds to wait for the workers to come up before stopping with what the cluster lacks.")
     max_restarts: int = knob(
-        3, "Times Ray restarts each worker that dies (its process killed, its node lost), redoing its unfinished calls; -1 = always."
+        3, "Times Ray restarts each worker that dies (its process killed, its node lost), redoing its unfinished calls; -1 = "
+        "always (a worker that crashes the same way every time then retries forever)."
     )
 
     def validate(self) -> None:

@@ -265,7 +265,9 @@ def rl_update(
             for name, value in metrics.items():
                 sums[name] += float(value) * n_tok
             sums["loss/logp_mean"] += float(masked_mean(logp.detach(), chunk.completion_mask_BT)) * n_tok
-            if pass_index == 0 and chunk.sample_logp_BT is not None:  # the policy is still the sampler here
+            # On the first pass the policy is the sampler's weights, up to numerics, unless the rollouts
+            # are stale (Ray async mode): then the gap includes the updates since they were sampled.
+            if pass_index == 0 and chunk.sample_logp_BT is not None:
                 gap = torch.where(chunk.completion_mask_BT.bool(), (logp.detach() - chunk.sample_logp_BT).abs(), 0.0)
                 mismatch_sum, mismatch_max = mismatch_sum + float(gap.sum()), max(mismatch_max, float(gap.max()))
         if chunks:  # max_norm=inf measures the norm without clipping

@@ -35,6 +35,7 @@ import ray
 import ray.exceptions
 import torch
 
+from rlvr.checkpoint import fault_point
 from rlvr.config import Config, DistributedConfig
 from rlvr.data import Example, chat_prompts, format_prompt
 from rlvr.distributed.workers import (
@@ -80,10 +81,28 @@ def connect(dc: DistributedConfig) -> bool:
     env = {k: v for k, v in os.environ.items() if k.startswith("RLVR_")}
     options: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING, "runtime_env": {"env_vars": env}}
     if dc.address:
-        ray.init(address=dc.address, **options)
+        _check_reachable(dc.address, dc.startup_timeout_s)
+        try:
+            ray.init(address=dc.address, **options)
+        except ConnectionError as err:
+            raise DistributedError(f"distributed.address = {dc.address!r}: cannot join a Ray cluster there ({err})") from None
     else:
         ray.init(num_cpus=os.cpu_count() or 1, **options)
     return True
+
+
+def _check_reachable(address: str, timeout_s: float) -> None:
+    """A host:port that nothing answers on would make ray.init retry for minutes: fail at once."""
+    import socket
+
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if address == "auto" or not host or not port.isdigit():
+        return  # 'auto' reads the local cluster's address file; ray.init reports a missing one at once
+    try:
+        socket.create_connection((host, int(port)), timeout=min(timeout_s, 10.0)).close()
+    except OSError as err:
+        raise DistributedError(f"distributed.address = {address!r}: no Ray cluster answers there ({err}); start one with "
+                               "`ray start --head` or fix the address") from None
 
 
 def required_resources(dc: DistributedConfig) -> dict[str, float]:
@@ -111,7 +130,7 @@ class RayLearner:
         dc = self.dc = cfg.distributed
         self.lookahead = dc.max_staleness if dc.mode == "async" else 0
         self.rounds, self.version, self.pending = 0, 0, {}
-        self.rollout, self.reward, self.pids = [], [], {}
+        self.rollout, self.reward, self.pids, self.started = [], [], {}, False
         self.metrics: dict[str, float] = defaultdict(float)
         self.owns_ray = connect(dc)
         try:
@@ -131,7 +150,7 @@ class RayLearner:
                                    "resources per worker, or add nodes that have them")
         model = self.policy if self.device.type == "cpu" else copy.deepcopy(self.policy).cpu()
         self.model_ref = ray.put(model)  # version 0: what a worker starts from, and restarts from
-        self.weights = {0: ray.put(pack_weights(trainable_weights(self.policy)))}
+        self.versions = {0: ray.put(pack_weights(trainable_weights(self.policy)))}
         restart = {"max_restarts": dc.max_restarts, "max_task_retries": -1}
         rollout_actor = ray.remote(RolloutWorker).options(
             num_cpus=dc.cpus_per_worker, num_gpus=dc.gpus_per_worker, resources=dict(dc.resources), **restart)
@@ -145,10 +164,13 @@ class RayLearner:
             raise DistributedError(
                 f"{len(waiting)} of {len(probes)} Ray workers did not start within distributed.startup_timeout_s = "
                 f"{dc.startup_timeout_s:g} s. Asked for {_asks(dc)}; the cluster has {_fmt(ray.available_resources())} free of "
-                f"{_fmt(ray.cluster_resources())}, and one worker's resources must fit on one node"
+                f"{_fmt(ray.cluster_resources())}, and one worker's resources must fit on one node (or a worker took longer than "
+                "that to load its copy of the model: raise the timeout)"
             )
-        infos = self._get(done)
-        self.pids = {k: info["pid"] for k, info in enumerate(infos[: len(self.rollout)])}
+        infos = self._get(done)  # a worker whose constructor failed raises its error here (workers.py: ready)
+        self.started = True
+        self.pids = {("rollout", k): info["pid"] for k, info in enumerate(infos[: len(self.rollout)])}
+        self.pids |= {("reward", k): info["pid"] for k, info in enumerate(infos[len(self.rollout):])}
 
     def _get(self, refs: list) -> list:
         try:
@@ -169,7 +191,7 @@ class RayLearner:
         G = self.cfg.rollout.group_size
         prompts = [format_prompt(self.tokenizer, e.prompt, self.cfg.data) for e in examples]
         slices = even_slices(len(examples), len(self.rollout))
-        weights = [self.weights[self.version]]  # in a list: Ray passes the reference, the worker fetches on a version change
+        weights = [self.versions[self.version]]  # in a list: Ray passes the reference, the worker fetches on a version change
         sampled = [self.rollout[w].generate.remote(prompts[first:first + n], round_index, first, self.version, weights)
                    for w, (first, n) in enumerate(slices)]
         self.pending[round_index] = Round([e.prompt for e in examples], self.version, slices, sampled, None)
@@ -185,6 +207,7 @@ class RayLearner:
                 sampled, [p for p in prompts[first:first + n] for _ in range(G)], rows, chat_prompts(self.tokenizer, rows, self.cfg.data)))
 
     def generate(self, examples: list[Example], upcoming: list[list[Example]] = ()) -> Generation:
+        fault_point("generate")
         r = self.rounds
         self.rounds += 1
         if r not in self.pending:
@@ -228,10 +251,16 @@ class RayLearner:
         m["distributed/staleness_max"] = max(m.get("distributed/staleness_max", 0), staleness)
         m["distributed/rounds"] += 1
         m["distributed/staleness_sum"] += staleness
-        for w, s in enumerate(sampled):
-            if self.pids.get(w) not in (None, s["pid"]):
+        # A worker answering from another process was restarted (rounds restored from a checkpoint
+        # carry no pid: the workers that sampled them belonged to the killed driver).
+        answers = [(("rollout", w), s.get("pid")) for w, s in enumerate(sampled)]
+        answers += [(("reward", w % len(self.reward)), s["pid"]) for w, s in enumerate(scored)]
+        for key, pid in answers:
+            if pid is None:
+                continue
+            if self.pids.get(key) not in (None, pid):
                 m["distributed/worker_restarts"] += 1
-            self.pids[w] = s["pid"]
+            self.pids[key] = pid
 
     def step_metrics(self) -> dict[str, float]:
         m, self.metrics = dict(self.metrics), defaultdict(float)
@@ -255,13 +284,13 @@ class RayLearner:
         t0 = time.perf_counter()
         weights = pack_weights(trainable_weights(self.policy))
         self.version += 1
-        self.weights[self.version] = ray.put(weights)  # the copy: the packed arrays are views of the live parameters
+        self.versions[self.version] = ray.put(weights)  # the copy: the packed arrays are views of the live parameters
         put_s = time.perf_counter() - t0
         if self.lookahead == 0:
-            loaded = self._get([w.load.remote(self.version, [self.weights[self.version]]) for w in self.rollout])
+            loaded = self._get([w.load.remote(self.version, [self.versions[self.version]]) for w in self.rollout])
             self.metrics["time/weight_load"] += max(loaded)
         in_use = {self.version} | {rnd.version for rnd in self.pending.values()}
-        self.weights = {v: ref for v, ref in self.weights.items() if v in in_use}
+        self.versions = {v: ref for v, ref in self.versions.items() if v in in_use}
         return {"time/weight_sync": time.perf_counter() - t0, "time/weight_put": put_s, "distributed/weight_sync_bytes": weights_nbytes(weights)}
 
     def reference_kl(self, rollouts: Rollouts) -> torch.Tensor:
@@ -290,24 +319,32 @@ class RayLearner:
         self.rounds = state.get("rounds", 0)
         saved = state.get("ray", {"version": 0, "pending": []})
         self.version = saved["version"]
-        self.pending = {p["round"]: Round(p["prompts"], p["version"], [tuple(s) for s in p["slices"]], p["sampled"], None)
+        self.pending = {p["round"]: Round(p["prompts"], p["version"], [tuple(s) for s in p["slices"]],
+                                          [{**s, "pid": None} for s in p["sampled"]], None)
                         for p in saved["pending"]}
         # The policy now holds the checkpoint's weights; the workers still hold the run's first ones.
-        self.weights = {self.version: ray.put(pack_weights(trainable_weights(self.policy)))}
-        self._get([w.load.remote(self.version, [self.weights[self.version]]) for w in self.rollout])
+        self.versions = {self.version: ray.put(pack_weights(trainable_weights(self.policy)))}
+        self._get([w.load.remote(self.version, [self.versions[self.version]]) for w in self.rollout])
 
     def close(self) -> None:
+        """Stop the workers and leave Ray; never raises (it runs in the pipeline's `finally`, where
+        an error of its own would hide the one that ended the run)."""
         try:
-            if self.reward:
+            if self.reward and self.started:  # let reward workers stop their verifier pools
                 ray.wait([w.close.remote() for w in self.reward], num_returns=len(self.reward), timeout=10)
-            for actor in self.rollout + self.reward:
+        except Exception:  # noqa: BLE001 - a dead worker or a lost cluster: nothing left to close there
+            pass
+        for actor in self.rollout + self.reward:
+            try:
                 ray.kill(actor)
-        finally:
-            self.rollout, self.reward = [], []
+            except Exception:  # noqa: BLE001
+                pass
+        self.rollout, self.reward = [], []
+        try:
             if self.owns_ray and ray.is_initialized():
                 ray.shutdown()
+        finally:
             self.local.close()
-
 
 def _fmt(resources: dict[str, float]) -> str:
     keep = {k: round(v, 2) for k, v in resources.items() if not k.startswith(("node:", "memory", "object_store_memory"))}

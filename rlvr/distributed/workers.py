@@ -76,16 +76,24 @@ class RolloutWorker:
     """Samples slices of generation rounds from its copy of the policy."""
 
     def __init__(self, model: torch.nn.Module, tokenizer, cfg: Config, threads: int, device: str) -> None:
-        torch.set_num_threads(threads)
-        torch.set_flush_denormal(True)  # as the driver does (pipeline.configure_cpu_math)
-        self.model, self.tokenizer, self.cfg = model.to(device), tokenizer, cfg
-        self.version = 0  # the initial model is version 0
-        self.stops = encode_stops(tokenizer, cfg.rollout.stop)
-        self.generator = torch.Generator(device=device)  # unused under group seeding; generate() wants one
+        # An error here is kept for ready() to raise: raised from a constructor, Ray would report
+        # only that the actor died, and lose the error's type (a ConfigError must stay one).
+        self.init_error: BaseException | None = None
+        try:
+            torch.set_num_threads(threads)
+            torch.set_flush_denormal(True)  # as the driver does (pipeline.configure_cpu_math)
+            self.model, self.tokenizer, self.cfg = model.to(device), tokenizer, cfg
+            self.version = 0  # the initial model is version 0
+            self.stops = encode_stops(tokenizer, cfg.rollout.stop)
+            self.generator = torch.Generator(device=device)  # unused under group seeding; generate() wants one
+        except Exception as err:  # noqa: BLE001 - re-raised by ready()
+            self.init_error = err
 
     def ready(self) -> dict[str, Any]:
         import ray
 
+        if self.init_error is not None:
+            raise self.init_error
         return {"pid": os.getpid(), "node": ray.get_runtime_context().get_node_id(), "threads": torch.get_num_threads()}
 
     def load(self, version: int, weights: list) -> float:
@@ -120,10 +128,17 @@ class RewardWorker:
     """Scores slices of completions with the run's reward terms (built here, sandboxes included)."""
 
     def __init__(self, cfg: Config) -> None:
-        torch.set_num_threads(1)
-        self.cfg, self.terms = cfg, build_reward_terms(cfg.reward)
+        self.init_error: BaseException | None = None  # kept for ready(), as in RolloutWorker
+        self.cfg, self.terms = cfg, []
+        try:
+            torch.set_num_threads(1)
+            self.terms = build_reward_terms(cfg.reward)  # e.g. the code sandbox's preflight, on this node
+        except Exception as err:  # noqa: BLE001 - re-raised by ready()
+            self.init_error = err
 
     def ready(self) -> dict[str, Any]:
+        if self.init_error is not None:
+            raise self.init_error
         return {"pid": os.getpid()}
 
     def score(self, sampled: dict[str, Any], prompts: list[str], examples: list[Example],
