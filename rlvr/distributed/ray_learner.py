@@ -222,12 +222,7 @@ class RayLearner:
         if rnd.scored is None:  # restored from a checkpoint: sampled, not yet scored
             self._score(rnd, examples, prompts)
         t0 = time.perf_counter()
-        sampled = [s if isinstance(s, dict) else None for s in rnd.sampled]
-        fetched = self._get([s for s in rnd.sampled if not isinstance(s, dict)] + rnd.scored)
-        n_refs = len(fetched) - len(rnd.scored)
-        it = iter(fetched[:n_refs])
-        sampled = [s if s is not None else next(it) for s in sampled]
-        scored = fetched[n_refs:]
+        sampled, scored = self._fetch_sampled(rnd), self._get(rnd.scored)
         self._account(rnd, sampled, scored, time.perf_counter() - t0)
         parts = [self._to_device(rollouts_from_dict(s["rollouts"])) for s in sampled]
         rollouts = parts[0] if len(parts) == 1 else concat_rollouts(parts, self.pad_token_id)
@@ -235,6 +230,11 @@ class RayLearner:
         per_row = [e for e in examples for _ in range(G)]
         return Generation([p for p in prompts for _ in range(G)], rollouts, [t for s in sampled for t in s["texts"]],
                           chat_prompts(self.tokenizer, per_row, self.cfg.data), scores=merge_scores([s["scores"] for s in scored]))
+
+    def _fetch_sampled(self, rnd: Round) -> list[dict]:
+        """The round's slices as results: fetched where they are still references (one ray.get for all)."""
+        refs = iter(self._get([s for s in rnd.sampled if not isinstance(s, dict)]))
+        return [s if isinstance(s, dict) else next(refs) for s in rnd.sampled]
 
     def _to_device(self, r: Rollouts) -> Rollouts:
         if self.device.type == "cpu":
@@ -307,9 +307,7 @@ class RayLearner:
         pending = []
         for r in sorted(self.pending):
             rnd = self.pending[r]
-            sampled = [s if isinstance(s, dict) else None for s in rnd.sampled]
-            fetched = iter(self._get([s for s in rnd.sampled if not isinstance(s, dict)]))
-            rnd.sampled = [s if s is not None else next(fetched) for s in sampled]
+            rnd.sampled = self._fetch_sampled(rnd)
             pending.append({"round": r, "prompts": rnd.prompts, "version": rnd.version, "slices": [list(s) for s in rnd.slices],
                             "sampled": rnd.sampled})
         return {**self.local.state_dict(), "rounds": self.rounds, "ray": {"version": self.version, "pending": pending}}
