@@ -150,11 +150,23 @@ class TaskConfig:
 
 @dataclass
 class DataConfig:
-    source: Literal["arithmetic", "jsonl"] = knob("arithmetic", "'arithmetic' (built-in procedural task) or 'jsonl' (your files).")
-    train_path: str = knob("", "JSONL of training problems (source = 'jsonl').")
-    eval_path: str = knob("", "JSONL of held-out problems (source = 'jsonl'); empty holds out eval_fraction of train.")
+    source: Literal["arithmetic", "jsonl", "hf"] = knob(
+        "arithmetic", "'arithmetic' (built-in procedural task), 'jsonl' (your files) or 'hf' (anything Hugging Face datasets "
+        "opens: a hub id, a local parquet / json / jsonl / csv / arrow file, a directory saved with save_to_disk)."
+    )
+    train_path: str = knob("", "Training problems: a JSONL file (source = 'jsonl'), or a dataset (source = 'hf': hub id, file or directory).")
+    eval_path: str = knob("", "Held-out problems, as train_path; empty: source = 'hf' uses eval_split if set, else eval_fraction of train is held out.")
+    hf_config: str = knob("", "source = 'hf': the dataset's configuration name (e.g. 'main' for gsm8k), if it has several.")
+    train_split: str = knob("train", "source = 'hf': the split to train on.")
+    eval_split: str = knob("", "source = 'hf': a split of the same dataset to hold out (e.g. 'test'); empty: eval_path or eval_fraction.")
+    answer_format: Literal["plain", "gsm8k", "boxed"] = knob(
+        "plain", "How the gold answer is read from answer_field: 'plain' as written; 'gsm8k' the text after the last '####' "
+        "(the rationale before it, calculator notes removed, ending in \\boxed{answer}, becomes the SFT solution); 'boxed' "
+        "the last \\boxed{} of a worked solution (MATH; the solution is kept for SFT)."
+    )
+    max_rows: int = knob(0, "Read only the first N rows of the training data (0 = all).")
     eval_fraction: float = knob(0.05, "Share of train held out when eval_path is empty.")
-    prompt_field: str = knob("prompt", "JSONL field with the problem text.")
+    prompt_field: str = knob("prompt", "Field with the problem: a string, or a list of chat messages ({role, content}; system and few-shot turns kept).")
     answer_field: str = knob("answer", "JSONL field with the gold final answer.")
     solution_field: str = knob("solution", "JSONL field with a worked solution for SFT (optional unless sft.steps > 0).")
     level_field: str = knob("level", "Optional JSONL field with a difficulty level, reported per level in evaluation.")
@@ -169,8 +181,9 @@ class DataConfig:
     )
 
     def validate(self) -> None:
-        if self.source == "jsonl":
-            _require(bool(self.train_path), "data.train_path", "is required when data.source = 'jsonl'")
+        if self.source in ("jsonl", "hf"):
+            _require(bool(self.train_path), "data.train_path", f"is required when data.source = {self.source!r}")
+        _require(self.max_rows >= 0, "data.max_rows", "must be >= 0")
         _require(0.0 < self.eval_fraction < 1.0, "data.eval_fraction", "must be in (0, 1)")
         _require(not self.chat_template or Path(self.chat_template).is_file(), "data.chat_template", f"{self.chat_template} is not a file")
         reserved = {"messages", "tokenize", "add_generation_prompt", "chat_template", "conversation"} & set(self.chat_template_kwargs)
@@ -602,9 +615,9 @@ class Config:
         )
         for name in ("train_path", "eval_path"):
             _require(
-                self.data.source == "jsonl" or not getattr(self.data, name),
+                self.data.source != "arithmetic" or not getattr(self.data, name),
                 f"data.{name}",
-                "is set but data.source = 'arithmetic' would ignore it; set data.source = 'jsonl'",
+                "is set but data.source = 'arithmetic' would ignore it; set data.source = 'jsonl' or 'hf'",
             )
         _require(
             not (self.checkpoint.auto_resume and not self.run.output_dir),

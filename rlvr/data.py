@@ -14,7 +14,7 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 from collections import Counter
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from transformers import PreTrainedTokenizerBase
 
@@ -33,6 +33,9 @@ class Example:
     solution: str | None = None  # a worked solution ending in \boxed{answer}
     level: int | None = None  # difficulty level, for per-level evaluation
     info: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    # A chat-format prompt: its (role, content) turns, system and few-shot included; `prompt` is then
+    # the last user turn (what logs and samples show).
+    messages: tuple[tuple[str, str], ...] | None = None
 
 
 def boxed(answer: str) -> str:
@@ -52,26 +55,45 @@ def _template_text(path: str) -> str:
         raise DataError(f"data.chat_template: cannot read {path}: {err}") from None
 
 
-def prompt_messages(prompt: str, cfg: DataConfig) -> list[dict[str, str]]:
-    """The chat messages a prompt becomes under a chat template (system prompt first, if any)."""
+def prompt_messages(prompt: Example | str, cfg: DataConfig) -> list[dict[str, str]]:
+    """The chat messages a prompt becomes under a chat template: a chat-format example's own turns
+    (data.system_prompt first when they have no system turn), or the system prompt and one user turn."""
+    turns = prompt.messages if isinstance(prompt, Example) else None
+    if turns is not None:
+        messages = [{"role": role, "content": content} for role, content in turns]
+        if cfg.system_prompt and messages[0]["role"] != "system":
+            messages.insert(0, {"role": "system", "content": cfg.system_prompt})
+        return messages
     messages = [{"role": "system", "content": cfg.system_prompt}] if cfg.system_prompt else []
-    messages.append({"role": "user", "content": prompt})
+    messages.append({"role": "user", "content": prompt.prompt if isinstance(prompt, Example) else prompt})
     return messages
 
 
-def format_prompt(tokenizer: PreTrainedTokenizerBase, prompt: str, cfg: DataConfig) -> str:
-    """The exact text the model is conditioned on: the chat template when the tokenizer has one."""
-    if uses_chat_template(tokenizer, cfg):
+def _renders_as_chat(tokenizer: PreTrainedTokenizerBase, prompt: Example | str, cfg: DataConfig) -> bool:
+    if isinstance(prompt, Example) and prompt.messages is not None:
+        if not (cfg.chat_template or getattr(tokenizer, "chat_template", None)):
+            raise DataError("a prompt is a list of chat messages but the tokenizer has no chat template: set data.chat_template "
+                            "to a template file, or give prompts as strings")
+        return True
+    return uses_chat_template(tokenizer, cfg)
+
+
+def format_prompt(tokenizer: PreTrainedTokenizerBase, prompt: Example | str, cfg: DataConfig) -> str:
+    """The exact text the model is conditioned on: chat messages through the chat template; a
+    string through it too when data.use_chat_template and the tokenizer has one, else as written."""
+    if _renders_as_chat(tokenizer, prompt, cfg):
         template = _template_text(cfg.chat_template) if cfg.chat_template else None
         return tokenizer.apply_chat_template(prompt_messages(prompt, cfg), tokenize=False, add_generation_prompt=True, chat_template=template,
                                              **cfg.chat_template_kwargs)
-    return prompt
+    return prompt.prompt if isinstance(prompt, Example) else prompt
 
 
 def chat_prompts(tokenizer: PreTrainedTokenizerBase, examples: list[Example], cfg: DataConfig) -> list[list[dict[str, str]]] | None:
     """The prompts as TRL hands them to reward functions when they went through a chat template
     (one message list per example), or None when they did not (the prompt text is what they get)."""
-    return [prompt_messages(e.prompt, cfg) for e in examples] if uses_chat_template(tokenizer, cfg) else None
+    if not examples or not any(_renders_as_chat(tokenizer, e, cfg) for e in examples):
+        return None
+    return [prompt_messages(e, cfg) for e in examples]
 
 
 # A gold-answer check: True when the answer can be scored, else False or the reason (a string).
@@ -112,6 +134,64 @@ def _field(record: dict[str, Any], name: str, required: bool, structured: bool =
     return text
 
 
+def _prompt(record: dict[str, Any], name: str) -> tuple[str, tuple[tuple[str, str], ...] | None]:
+    """The prompt field: a string, or a list of chat messages (-> the last user turn and all turns)."""
+    value = record.get(name)
+    if not isinstance(value, list):
+        return _field(record, name, required=True), None
+    turns = []
+    for i, message in enumerate(value):
+        if not (isinstance(message, dict) and isinstance(message.get("role"), str) and isinstance(message.get("content"), str)):
+            raise _BadRow(f"bad chat message in {name!r}", f"field {name!r}[{i}] must be an object with string 'role' and 'content', got {message!r:.80}")
+        turns.append((message["role"], message["content"]))
+    users = [content for role, content in turns if role == "user"]
+    if not users or turns[-1][0] != "user":
+        raise _BadRow(f"bad chat messages in {name!r}", f"field {name!r} must end with a user turn (roles: {[r for r, _ in turns]})")
+    return users[-1], tuple(turns)
+
+
+_CALCULATOR = re.compile(r"<<[^<>]*>>")  # GSM8K's calculator annotations, e.g. <<48/2=24>>
+
+
+def read_answer(text: str, answer_format: str, field_name: str) -> tuple[str, str | None]:
+    """(gold answer, worked solution or None) from the answer field under data.answer_format."""
+    if answer_format == "plain":
+        return text, None
+    if answer_format == "gsm8k":
+        rationale, sep, final = text.rpartition("####")
+        final = final.strip().replace(",", "") if re.fullmatch(r"\s*-?[0-9][0-9,]*(\.[0-9]+)?\s*", final) else final.strip()
+        if not sep or not final:
+            raise _BadRow(f"no '####' answer in {field_name!r}", f"field {field_name!r} has no final answer after '####' (data.answer_format = 'gsm8k')")
+        solution = _CALCULATOR.sub("", rationale).strip()
+        return final, (solution + "\n" if solution else "") + boxed(final)
+    if answer_format == "boxed":
+        from rlvr.verifiers.math.extract import extract_last_boxed
+
+        final = extract_last_boxed(text)
+        if final is None or not final.strip():
+            raise _BadRow(f"no \\boxed{{}} answer in {field_name!r}", f"field {field_name!r} has no (well-formed) \\boxed{{}} (data.answer_format = 'boxed')")
+        return final.strip(), text
+    raise ValueError(f"unknown answer format {answer_format!r}")
+
+
+def parse_record(record: Any, cfg: DataConfig, need_solution: bool, answer_ok: AnswerCheck | None) -> Example:
+    """One row (a JSONL object, a dataset row) as an Example, or _BadRow saying what is wrong."""
+    if not isinstance(record, dict):
+        raise _BadRow("not a JSON object", f"expected a JSON object, got {type(record).__name__}")
+    level = _field(record, cfg.level_field, required=False)
+    if level is not None and not re.fullmatch(r"-?[0-9]+", level.strip()):
+        raise _BadRow(f"bad field {cfg.level_field!r}", f"field {cfg.level_field!r} must be an integer, got {level!r}")
+    prompt, messages = _prompt(record, cfg.prompt_field)
+    answer, worked = read_answer(_field(record, cfg.answer_field, required=True, structured=True), cfg.answer_format, cfg.answer_field)
+    verdict = answer_ok(answer) if answer_ok is not None else True
+    if isinstance(verdict, str) or not verdict:
+        why = verdict if isinstance(verdict, str) else "cannot be matched by the verifier even against itself (not a final answer)"
+        raise _BadRow(f"unparseable field {cfg.answer_field!r}", f"field {cfg.answer_field!r} = {answer[:80]!r} {why}")
+    solution = _field(record, cfg.solution_field, required=need_solution and worked is None) or worked
+    return Example(prompt=prompt, answer=answer, solution=solution, level=int(level) if level is not None else None, info=record,
+                   messages=messages)
+
+
 @dataclass
 class Problem:
     where: str  # file:line
@@ -131,24 +211,7 @@ def _parse_line(raw: bytes, lineno: int, cfg: DataConfig, need_solution: bool, a
         record = json.loads(line)
     except json.JSONDecodeError as err:
         raise _BadRow("invalid JSON", f"invalid JSON ({err.msg} at column {err.colno})") from None
-    if not isinstance(record, dict):
-        raise _BadRow("not a JSON object", f"expected a JSON object, got {type(record).__name__}")
-    level = _field(record, cfg.level_field, required=False)
-    if level is not None and not re.fullmatch(r"-?[0-9]+", level.strip()):
-        raise _BadRow(f"bad field {cfg.level_field!r}", f"field {cfg.level_field!r} must be an integer, got {level!r}")
-    prompt = _field(record, cfg.prompt_field, required=True)
-    answer = _field(record, cfg.answer_field, required=True, structured=True)
-    verdict = answer_ok(answer) if answer_ok is not None else True
-    if isinstance(verdict, str) or not verdict:
-        why = verdict if isinstance(verdict, str) else "cannot be matched by the verifier even against itself (not a final answer)"
-        raise _BadRow(f"unparseable field {cfg.answer_field!r}", f"field {cfg.answer_field!r} = {answer[:80]!r} {why}")
-    return Example(
-        prompt=prompt,
-        answer=answer,
-        solution=_field(record, cfg.solution_field, required=need_solution),
-        level=int(level) if level is not None else None,
-        info=record,
-    )
+    return parse_record(record, cfg, need_solution, answer_ok)
 
 
 def read_jsonl(
@@ -157,42 +220,63 @@ def read_jsonl(
     need_solution: bool = False,
     answer_ok: AnswerCheck | None = None,
     skipped: list[Problem] | None = None,
+    limit: int = 0,
 ) -> list[Example]:
-    """Read and validate every line, then report every problem at once.
-
-    A bad row (invalid JSON or UTF-8, a missing, empty or wrong-typed field, a gold answer that
-    `answer_ok` rejects, an `id` seen on an earlier line) raises DataError naming each
-    file:line and counting each kind of problem, unless `cfg.skip_bad_rows`: then bad rows are
-    left out and appended to `skipped` for the caller to report.
-    """
+    """Read and validate every line (the first `limit` examples when > 0), then report every
+    problem at once (`collect_examples`)."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: file not found")
-    examples, problems, seen_ids = [], [], {}
     with path.open("rb") as fh:
-        for lineno, raw in enumerate(fh, start=1):
-            where = f"{path}:{lineno}"
-            try:
-                example = _parse_line(raw, lineno, cfg, need_solution, answer_ok)
-                if example is None:
-                    continue
-                row_id = example.info.get(cfg.id_field) if cfg.id_field else None
-                if row_id is not None:
-                    key = json.dumps(row_id, sort_keys=True)
-                    if key in seen_ids:
-                        raise _BadRow(f"duplicate {cfg.id_field!r}", f"{cfg.id_field} {row_id!r} already on line {seen_ids[key]}")
-                    seen_ids[key] = lineno
-            except _BadRow as bad:
-                problems.append(Problem(where, bad.kind, str(bad)))
+        rows = ((f"{path}:{lineno}", functools.partial(_parse_line, raw, lineno, cfg, need_solution, answer_ok))
+                for lineno, raw in enumerate(fh, start=1))
+        return collect_examples(path, rows, cfg, skipped, limit)
+
+
+def collect_examples(source: str | Path, rows: Iterable[tuple[str, Callable[[], Example | None]]], cfg: DataConfig,
+                     skipped: list[Problem] | None = None, limit: int = 0) -> list[Example]:
+    """Every row parsed (`where`, a thunk giving the Example, None for a blank row, or raising
+    _BadRow), then every problem reported at once.
+
+    A bad row (invalid JSON or UTF-8, a missing, empty or wrong-typed field, a gold answer that
+    `answer_ok` rejects, an `id` seen on an earlier row) raises DataError naming each row and
+    counting each kind of problem, unless `cfg.skip_bad_rows`: then bad rows are left out and
+    appended to `skipped` for the caller to report. With `limit` > 0 reading stops after that many
+    good examples (data.max_rows).
+    """
+    examples, problems, seen_ids = [], [], {}
+    for where, parse in rows:
+        if limit and len(examples) >= limit:
+            break
+        try:
+            example = parse()
+            if example is None:
                 continue
-            examples.append(example)
+            row_id = example.info.get(cfg.id_field) if cfg.id_field else None
+            if row_id is not None:
+                key = json.dumps(row_id, sort_keys=True, default=str)
+                if key in seen_ids:
+                    raise _BadRow(f"duplicate {cfg.id_field!r}", f"{cfg.id_field} {row_id!r} already {_place(seen_ids[key])}")
+                seen_ids[key] = where
+        except _BadRow as bad:
+            problems.append(Problem(where, bad.kind, str(bad)))
+            continue
+        examples.append(example)
     if problems and not cfg.skip_bad_rows:
-        raise DataError(describe_problems(path, problems, len(examples)))
+        raise DataError(describe_problems(Path(source), problems, len(examples)))
     if skipped is not None:
         skipped.extend(problems)
     if not examples:
-        raise DataError(f"{path}: no examples" + (f" ({len(problems)} bad rows skipped)" if problems else ""))
+        raise DataError(f"{source}: no examples" + (f" ({len(problems)} bad rows skipped)" if problems else ""))
     return examples
+
+
+def _place(where: str) -> str:
+    """'on line 3' for a JSONL line (path:3), 'at row #3' for a dataset row (name[split]#3)."""
+    head, _, tail = where.rpartition(":")
+    if head and tail.isdigit():
+        return f"on line {tail}"
+    return f"at row #{where.rpartition('#')[2]}"
 
 
 def describe_problems(path: Path, problems: list[Problem], good: int, show: int = 10) -> str:
@@ -212,9 +296,14 @@ def load_jsonl_splits(
     skipped: list[Problem] | None = None,
 ) -> tuple[list[Example], list[Example]]:
     """Train and held-out examples from the user's files (held out from train when no eval file)."""
-    train = read_jsonl(cfg.train_path, cfg, need_solution, answer_ok, skipped)
+    train = read_jsonl(cfg.train_path, cfg, need_solution, answer_ok, skipped, limit=cfg.max_rows)
     if cfg.eval_path:
         return train, read_jsonl(cfg.eval_path, cfg, False, answer_ok, skipped)
+    return hold_out(train, cfg, seed)
+
+
+def hold_out(train: list[Example], cfg: DataConfig, seed: int) -> tuple[list[Example], list[Example]]:
+    """(train, held-out): data.eval_fraction of the rows, chosen from the seed."""
     order = list(range(len(train)))
     random.Random(seed).shuffle(order)
     n_eval = max(1, int(len(train) * cfg.eval_fraction))

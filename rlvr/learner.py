@@ -123,7 +123,7 @@ class LocalLearner:
     def generate(self, examples: list[Example], upcoming: list[list[Example]] = ()) -> Generation:
         fault_point("generate")
         G = self.rollout_cfg.group_size
-        distinct = [format_prompt(self.tokenizer, e.prompt, self.data_cfg) for e in examples]
+        distinct = [format_prompt(self.tokenizer, e, self.data_cfg) for e in examples]
         generators = group_generators(self.seed, self.rounds, len(examples), self.device) if self.rollout_cfg.seeding == "group" else None
         self.rounds += 1
         rollouts, texts = sample_groups(self.policy, self.tokenizer, distinct, self.rollout_cfg, self.stops, self.generator, generators)

@@ -105,6 +105,10 @@ def load_splits(cfg: Config, skipped: list[Problem] | None = None) -> tuple[list
     if cfg.data.source == "arithmetic":
         return make_splits(cfg.task, cfg.run.seed)
     # a gold answer the correctness verifier refuses (boxed_math: cannot match it to itself) can never be rewarded
+    if cfg.data.source == "hf":
+        from rlvr.data_hf import load_hf_splits
+
+        return load_hf_splits(cfg.data, cfg.run.seed, need_solution=cfg.sft.steps > 0, answer_ok=answer_check(cfg.reward), skipped=skipped)
     return load_jsonl_splits(cfg.data, cfg.run.seed, need_solution=cfg.sft.steps > 0, answer_ok=answer_check(cfg.reward), skipped=skipped)
 
 
@@ -267,7 +271,7 @@ def sft_stage(ctx: RunContext) -> None:
         targets = arithmetic_sft_targets(ctx.train, cfg.sft.batch_size, cfg.sft.worked_fraction, cfg.run.seed, cfg.task.format)
     else:
         targets = solution_targets(ctx.train, cfg.sft.batch_size, cfg.run.seed)
-    pairs = ((format_prompt(ctx.tokenizer, e.prompt, cfg.data), target) for e, target in targets)
+    pairs = ((format_prompt(ctx.tokenizer, e, cfg.data), target) for e, target in targets)
     resume = None
     latest = complete_step_checkpoints(ctx.checkpoints, SFT_PREFIX)[-1:] if ctx.resuming else []
     if latest:

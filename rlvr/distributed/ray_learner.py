@@ -189,7 +189,7 @@ class RayLearner:
     def _submit(self, round_index: int, examples: list[Example]) -> None:
         t0 = time.perf_counter()
         G = self.cfg.rollout.group_size
-        prompts = [format_prompt(self.tokenizer, e.prompt, self.cfg.data) for e in examples]
+        prompts = [format_prompt(self.tokenizer, e, self.cfg.data) for e in examples]
         slices = even_slices(len(examples), len(self.rollout))
         weights = [self.versions[self.version]]  # in a list: Ray passes the reference, the worker fetches on a version change
         sampled = [self.rollout[w].generate.remote(prompts[first:first + n], round_index, first, self.version, weights)
@@ -218,7 +218,7 @@ class RayLearner:
         rnd = self.pending.pop(r)
         if rnd.prompts != [e.prompt for e in examples]:
             raise RuntimeError(f"round {r} was started for other prompts than the loop now asks for (a bug in the lookahead)")
-        prompts = [format_prompt(self.tokenizer, e.prompt, self.cfg.data) for e in examples]
+        prompts = [format_prompt(self.tokenizer, e, self.cfg.data) for e in examples]
         if rnd.scored is None:  # restored from a checkpoint: sampled, not yet scored
             self._score(rnd, examples, prompts)
         t0 = time.perf_counter()

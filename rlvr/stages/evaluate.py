@@ -134,7 +134,7 @@ class _Evaluation:
         self.model, self.tokenizer, self.examples, self.data_cfg, self.cfg = model, tokenizer, examples, data_cfg, cfg
         self.correctness, self.others, self.bar, self.engine = correctness, others, bar, engine
         self.device = next(model.parameters()).device
-        self.prompts = [format_prompt(tokenizer, e.prompt, data_cfg) for e in examples]
+        self.prompts = [format_prompt(tokenizer, e, data_cfg) for e in examples]
         self.order = sorted(range(len(examples)), key=lambda i: len(self.prompts[i]))  # similar lengths decode together
         self.stops = encode_stops(tokenizer, list(stops))
         self.thinking = thinking

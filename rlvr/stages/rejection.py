@@ -89,7 +89,7 @@ def rejection_sample(
     pick = random.Random(f"rft-select:{seed}")
     k, per_batch = cfg.samples, max(1, cfg.batch_size // cfg.samples)
     stop_ids = encode_stops(tokenizer, list(stops))
-    prompts = [format_prompt(tokenizer, e.prompt, data_cfg) for e in examples]
+    prompts = [format_prompt(tokenizer, e, data_cfg) for e in examples]
     order = sorted(range(len(examples)), key=lambda i: len(prompts[i]))  # similar lengths decode together
     counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     kept: dict[int, list[dict]] = {}
@@ -136,7 +136,8 @@ def as_data_row(e: Example, cfg: DataConfig, solution: str | None = None, **extr
     """The problem as a data row that loads back with `cfg` (its own fields, then prompt, answer,
     level, and `solution` when given, else none), plus `extra` fields."""
     row = dict(e.info) if isinstance(e.info, dict) else {}
-    row.update({cfg.prompt_field: e.prompt, cfg.answer_field: e.answer})
+    prompt = [{"role": role, "content": content} for role, content in e.messages] if e.messages is not None else e.prompt
+    row.update({cfg.prompt_field: prompt, cfg.answer_field: e.answer})  # the answer as extracted: it loads back with answer_format plain
     row.pop(cfg.solution_field, None)
     if solution is not None:
         row[cfg.solution_field] = solution

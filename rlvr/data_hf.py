@@ -1,0 +1,79 @@
+"""Problems from anything Hugging Face `datasets` opens (data.source = "hf").
+
+A hub id (with data.hf_config and a split), a local data file (parquet, json, jsonl, csv, arrow)
+or a directory (one written by `save_to_disk`, or a folder of data files). Rows go through the
+same field mapping and the same all-at-once, row-numbered validation as JSONL lines
+(`data.parse_record`, `data.collect_examples`); a row is named `source[split]#index` (0-based,
+as `dataset[index]` is).
+
+`datasets` is imported only here, when the source is used (`pip install rlvr[hf]`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rlvr.config import DataConfig
+from rlvr.data import AnswerCheck, DataError, Example, Problem, collect_examples, hold_out, parse_record
+
+_FILE_BUILDERS = {".parquet": "parquet", ".json": "json", ".jsonl": "json", ".csv": "csv", ".arrow": "arrow"}
+
+
+def open_split(spec: str, split: str, hf_config: str = "") -> Any:
+    """The `split` of the dataset `spec` names, as a datasets.Dataset (Arrow-backed, memory-mapped)."""
+    try:
+        import datasets
+    except ImportError:
+        raise DataError("data.source = 'hf' needs the datasets package: pip install 'rlvr[hf]'") from None
+    path = Path(spec)
+    try:
+        if path.is_file():
+            builder = _FILE_BUILDERS.get(path.suffix.lower())
+            if builder is None:
+                raise DataError(f"{spec}: not a file type datasets reads here (one of {sorted(_FILE_BUILDERS)})")
+            if split != "train":  # a single file is one split, which datasets calls train
+                raise DataError(f"{spec}: a single file has one split; data.train_split/eval_split = {split!r} cannot name another "
+                                "(give the held-out rows as data.eval_path, or leave data.eval_split empty)")
+            return datasets.load_dataset(builder, data_files=str(path), split="train")
+        if path.is_dir() and ((path / "dataset_info.json").is_file() or (path / "dataset_dict.json").is_file()):
+            loaded = datasets.load_from_disk(str(path))
+            if isinstance(loaded, datasets.DatasetDict):
+                if split not in loaded:
+                    raise DataError(f"{spec}: no split {split!r} (it has {sorted(loaded)})")
+                return loaded[split]
+            if split != "train":
+                raise DataError(f"{spec}: a saved Dataset (not a DatasetDict) has one split; it cannot be {split!r}")
+            return loaded
+        return datasets.load_dataset(spec, hf_config or None, split=split)
+    except DataError:
+        raise
+    except ValueError as err:  # datasets says "Unknown split", "Config name is missing", ...
+        raise DataError(f"{spec} (config {hf_config or 'default'!r}, split {split!r}): {err}") from None
+    except (FileNotFoundError, ConnectionError, OSError) as err:
+        raise DataError(f"{spec}: cannot open it as a dataset ({type(err).__name__}: {err})") from None
+
+
+def read_hf(spec: str, split: str, cfg: DataConfig, need_solution: bool = False, answer_ok: AnswerCheck | None = None,
+            skipped: list[Problem] | None = None, limit: int = 0) -> list[Example]:
+    dataset = open_split(spec, split, cfg.hf_config)
+    missing = [name for name in (cfg.prompt_field, cfg.answer_field) if name not in dataset.column_names]
+    if missing:
+        raise DataError(f"{spec}[{split}]: no column {missing} (columns: {dataset.column_names}); set data.prompt_field / "
+                        "data.answer_field")
+    label = f"{spec}[{split}]"
+    rows = ((f"{label}#{i}", lambda row=row: parse_record(row, cfg, need_solution, answer_ok)) for i, row in enumerate(dataset))
+    return collect_examples(label, rows, cfg, skipped, limit)
+
+
+def load_hf_splits(cfg: DataConfig, seed: int, need_solution: bool, answer_ok: AnswerCheck | None = None,
+                   skipped: list[Problem] | None = None) -> tuple[list[Example], list[Example]]:
+    """Train and held-out examples. Held out: data.eval_path when set (a file's one split, or
+    data.eval_split, else 'test', of a dataset), else data.eval_split of the training dataset,
+    else data.eval_fraction of the training rows."""
+    train = read_hf(cfg.train_path, cfg.train_split, cfg, need_solution, answer_ok, skipped, limit=cfg.max_rows)
+    if cfg.eval_split or cfg.eval_path:
+        spec = cfg.eval_path or cfg.train_path
+        split = cfg.eval_split or ("train" if Path(spec).is_file() else "test")
+        return train, read_hf(spec, split, cfg, False, answer_ok, skipped)
+    return hold_out(train, cfg, seed)

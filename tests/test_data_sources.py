@@ -1,0 +1,135 @@
+"""Data as users have it: Hugging Face datasets (local parquet, saved datasets), GSM8K's '####'
+answers, MATH's boxed solutions, chat-format prompts, the first N rows. No hub here: the hub path
+is the same `datasets` call."""
+
+import json
+
+import pytest
+
+from rlvr.config import DataConfig, load_config
+from rlvr.data import DataError, Example, format_prompt, load_jsonl_splits, prompt_messages, read_answer
+
+datasets = pytest.importorskip("datasets")
+
+GSM8K = [
+    {"question": "Tom has 3 apples and buys 4 more. How many?", "answer": "He has 3 + 4 = <<3+4=7>>7 apples.\n#### 7"},
+    {"question": "A box holds 2 rows of 5. How many?", "answer": "2 * 5 = <<2*5=10>>10\n#### 10"},
+    {"question": "Sam earns 1,200 a week for 2 weeks. Total?", "answer": "1,200 * 2 = <<1200*2=2400>>2,400\n#### 2,400"},
+] * 8
+
+
+def gsm8k_parquet(tmp_path, rows=GSM8K):
+    path = tmp_path / "gsm8k.parquet"
+    datasets.Dataset.from_list(rows).to_parquet(str(path))
+    return path
+
+
+def hf_cfg(path, **kw) -> DataConfig:
+    return DataConfig(source="hf", train_path=str(path), prompt_field="question", answer_format="gsm8k", **kw)
+
+
+def test_gsm8k_answers_are_read_after_the_last_marks_and_the_rationale_becomes_the_solution():
+    gold, solution = read_answer("He has 3 + 4 = <<3+4=7>>7 apples.\n#### 7", "gsm8k", "answer")
+    assert gold == "7" and solution == "He has 3 + 4 = 7 apples.\n\\boxed{7}"
+    assert read_answer("#### 2,400", "gsm8k", "answer")[0] == "2400"  # thousands separators go
+    assert read_answer("x #### y #### 1/2", "gsm8k", "answer")[0] == "1/2"
+
+
+def test_math_answers_are_the_last_box_of_the_solution_which_is_kept():
+    text = r"First $\boxed{1}$ is wrong; in fact $x = \boxed{\frac{1}{2}}$."
+    assert read_answer(text, "boxed", "solution") == (r"\frac{1}{2}", text)
+
+
+def test_a_gsm8k_shaped_parquet_loads_with_answers_and_solutions(tmp_path):
+    from rlvr.data_hf import load_hf_splits
+
+    train, held = load_hf_splits(hf_cfg(gsm8k_parquet(tmp_path), eval_fraction=0.25), seed=0, need_solution=True)
+    assert len(train) + len(held) == len(GSM8K) and len(held) == 6
+    by_prompt = {e.prompt: e for e in train + held}
+    assert by_prompt[GSM8K[2]["question"]].answer == "2400"
+    assert by_prompt[GSM8K[0]["question"]].solution.endswith("\\boxed{7}")
+
+
+def test_bad_dataset_rows_are_all_reported_with_their_row_index(tmp_path):
+    from rlvr.data_hf import read_hf
+
+    rows = GSM8K[:3] + [{"question": "No marks here", "answer": "just 5"}, {"question": "", "answer": "#### 3"}]
+    with pytest.raises(DataError) as err:
+        read_hf(str(gsm8k_parquet(tmp_path, rows)), "train", hf_cfg("x"))
+    text = str(err.value)
+    assert "2 bad rows of 5" in text and "gsm8k.parquet[train]#3" in text and "no final answer after '####'" in text
+    assert "gsm8k.parquet[train]#4" in text and "empty field 'question'" in text
+    with pytest.raises(DataError, match=r"no column \['problem'\]"):
+        read_hf(str(gsm8k_parquet(tmp_path)), "train", DataConfig(source="hf", train_path="x", prompt_field="problem"))
+
+
+def test_a_saved_dataset_with_splits_and_max_rows(tmp_path):
+    from rlvr.data_hf import load_hf_splits
+
+    saved = tmp_path / "saved"
+    datasets.DatasetDict({"train": datasets.Dataset.from_list(GSM8K), "test": datasets.Dataset.from_list(GSM8K[:3])}).save_to_disk(str(saved))
+    train, held = load_hf_splits(hf_cfg(saved, eval_split="test", max_rows=5), seed=0, need_solution=False)
+    assert len(train) == 5 and [e.answer for e in held] == ["7", "10", "2400"]
+    with pytest.raises(DataError, match=r"no split 'validation' \(it has \['test', 'train'\]\)"):
+        load_hf_splits(hf_cfg(saved, eval_split="validation"), seed=0, need_solution=False)
+
+
+CHAT_TEMPLATE = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}</{{ m['role'] }}>{% endfor %}"
+                 "{% if add_generation_prompt %}<assistant>{% endif %}")
+
+
+def test_chat_format_prompts_keep_system_and_few_shot_turns(tmp_path):
+    from rlvr.models import build_char_tokenizer
+
+    rows = [{"prompt": [{"role": "system", "content": "Box it."}, {"role": "user", "content": "1+1"},
+                        {"role": "assistant", "content": "\\boxed{2}"}, {"role": "user", "content": "2+3"}], "answer": "5"},
+            {"prompt": [{"role": "user", "content": "4+4"}], "answer": "8"}]
+    path = tmp_path / "chat.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows * 10))
+    (tmp_path / "t.jinja").write_text(CHAT_TEMPLATE)
+    cfg = DataConfig(source="jsonl", train_path=str(path), chat_template=str(tmp_path / "t.jinja"), system_prompt="Be brief.")
+    train, _ = load_jsonl_splits(cfg, seed=0, need_solution=False)
+    few_shot = next(e for e in train if e.prompt == "2+3")
+    tok = build_char_tokenizer()
+    assert format_prompt(tok, few_shot, cfg) == "<system>Box it.</system><user>1+1</user><assistant>\\boxed{2}</assistant><user>2+3</user><assistant>"
+    plain = next(e for e in train if e.prompt == "4+4")  # no system turn of its own: data.system_prompt is added
+    assert prompt_messages(plain, cfg)[0] == {"role": "system", "content": "Be brief."}
+    with pytest.raises(DataError, match="no chat template"):
+        format_prompt(tok, few_shot, DataConfig())
+
+
+def test_bad_chat_messages_are_bad_rows(tmp_path):
+    path = tmp_path / "chat.jsonl"
+    path.write_text(json.dumps({"prompt": [{"role": "user"}], "answer": "1"}) + "\n"
+                    + json.dumps({"prompt": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}], "answer": "1"}) + "\n")
+    with pytest.raises(DataError) as err:
+        load_jsonl_splits(DataConfig(source="jsonl", train_path=str(path)), seed=0, need_solution=False)
+    assert "chat.jsonl:1" in str(err.value) and "string 'role' and 'content'" in str(err.value)
+    assert "chat.jsonl:2" in str(err.value) and "must end with a user turn" in str(err.value)
+
+
+TINY = ["model.tiny.hidden_size=32", "model.tiny.num_layers=2", "model.tiny.intermediate_size=64", "eval.max_new_tokens=8",
+        "rollout.max_new_tokens=8", "rollout.group_size=4", "rollout.prompts_per_step=4", "train.micro_batch_size=8", "run.threads=1",
+        "sft.steps=4", "sft.batch_size=4", "train.steps=2", "eval.max_problems=4"]
+
+
+@pytest.mark.parametrize("kind", ["gsm8k_parquet", "chat_jsonl"])
+def test_user_shaped_data_trains_without_preprocessing(tmp_path, kind):
+    from rlvr.metrics import Reporter, read_jsonl_records
+    from rlvr.pipeline import run
+
+    if kind == "gsm8k_parquet":
+        data = ["data.source=hf", f"data.train_path={json.dumps(str(gsm8k_parquet(tmp_path)))}", "data.prompt_field=question",
+                "data.answer_format=gsm8k", "data.eval_fraction=0.2"]
+    else:
+        rows = [{"prompt": [{"role": "system", "content": "Box it."}, {"role": "user", "content": f"{a}+{b}"}], "answer": str(a + b),
+                 "solution": f"\\boxed{{{a + b}}}"} for a in range(5) for b in range(5)]
+        (tmp_path / "chat.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        (tmp_path / "t.jinja").write_text(CHAT_TEMPLATE)
+        data = ["data.source=jsonl", f"data.train_path={json.dumps(str(tmp_path / 'chat.jsonl'))}",
+                f"data.chat_template={json.dumps(str(tmp_path / 't.jinja'))}", "data.eval_fraction=0.2"]
+    out = tmp_path / "run"
+    run(load_config(overrides=TINY + data + [f"run.output_dir={json.dumps(str(out))}"]), Reporter(enabled=False), "train")
+    assert len(read_jsonl_records(out / "metrics.jsonl")) == 2
+    sample = read_jsonl_records(out / "samples.jsonl")[0]
+    assert sample["answer"] in {"7", "10", "2400"} if kind == "gsm8k_parquet" else sample["prompt"].count("+") == 1
