@@ -26,14 +26,14 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from rlvr.config import Config, field_help, load_config, to_toml
 from rlvr.errors import EXIT_RUN_STOPPED, EXIT_USAGE, RunStopped, UsageError
+from rlvr.metrics import make_console
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Reinforcement learning of language models on verifiable rewards.")
-console = Console(stderr=True)
+console = make_console()
 
 OVERRIDES = typer.Argument(None, help="Dotted overrides such as algo.beta=0.04 (see `rlvr config`).", show_default=False)
 
@@ -290,7 +290,7 @@ def show_config() -> None:
     table.add_column("meaning")
     for name, default, help_text in field_help():
         table.add_row(name, default, help_text)
-    Console().print(table)
+    make_console(stderr=False).print(table)
 
 
 @app.command("audit-reward")

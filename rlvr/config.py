@@ -173,7 +173,11 @@ class DataConfig:
     id_field: str = knob("id", "Optional JSONL field with a unique row id; a repeated id is a bad row.")
     skip_bad_rows: bool = knob(False, "Leave bad JSONL rows out (each reported and counted) instead of refusing the file.")
     system_prompt: str = knob("", "System message for chat-template models; empty sends none.")
-    use_chat_template: bool = knob(True, "Wrap prompts in the tokenizer's chat template when it has one.")
+    use_chat_template: bool = knob(
+        False, "Also wrap plain string prompts in the chat template (the tokenizer's, or data.chat_template). As in TRL, "
+        "chat-format prompts (lists of messages) always go through it and strings are used as written unless this is set, "
+        "so data whose prompts are already formatted is never templated twice."
+    )
     chat_template: str = knob("", "A Jinja chat template file used instead of the tokenizer's own (also for a tokenizer that has none).")
     chat_template_kwargs: dict[str, Any] = knob(
         {}, "Extra variables for the chat template, e.g. {enable_thinking = false} for Qwen3's thinking switch "
@@ -435,6 +439,8 @@ class EvalConfig:
     batch_size: int = knob(200, "Completions decoded at once: greedy prompts, or sampled prompts x eval.samples.")
     max_new_tokens: int = knob(64, "Longest held-out completion.")
     max_problems: int = knob(0, "Evaluate at most this many held-out problems (0 = all).")
+    before_rl: bool = knob(True, "Evaluate the held-out problems before RL (after SFT when there is one): RL's gain is measured from it.")
+    after_rl: bool = knob(True, "Evaluate the held-out problems after RL.")
     samples: int = knob(
         0, "N: completions sampled per held-out problem for pass@k, maj@k and mean@N (besides the greedy one); 0 = greedy "
         "accuracy only."

@@ -80,11 +80,21 @@ def rewind_jsonl(path: str | Path, last_step: int) -> list[dict[str, Any]]:
     return kept
 
 
+def make_console(stderr: bool = True) -> Console:
+    """A rich console. Written to a file or a pipe (CI logs, `> run.log`) its tables are laid out
+    160 columns wide, not rich's default 80 (which cut the final table to `accura…`), and text is
+    not wrapped, so a message stays one line to grep; progress bars print once, finished."""
+    console = Console(stderr=stderr)
+    if not console.is_terminal:
+        console = Console(stderr=stderr, width=160, soft_wrap=True)
+    return console
+
+
 class Reporter:
     """Progress bars for the phases of a run (rich), quiet when `enabled` is False."""
 
     def __init__(self, console: Console | None = None, enabled: bool = True):
-        self.console = console or Console(stderr=True)
+        self.console = console or make_console()
         self.enabled = enabled
 
     @contextmanager

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
+from rich.markup import escape as markup_escape
 from rich.table import Table
 
 from rlvr.checkpoint import (
@@ -214,9 +215,10 @@ def stages_for(cfg: Config) -> list[Stage]:
     """The recipe as data: SFT (if any) -> evaluate -> RL -> evaluate (if RL trains) -> save."""
     first = first_eval(cfg)
     plan = [Stage("sft", sft_stage, changes_weights=True)] if cfg.sft.steps > 0 else []
-    plan.append(Stage(f"eval_{first}", functools.partial(eval_stage, first)))
+    if cfg.eval.before_rl:
+        plan.append(Stage(f"eval_{first}", functools.partial(eval_stage, first)))
     plan.append(Stage("rl", rl_stage, checkpointed=False))
-    if cfg.train.steps > 0:
+    if cfg.train.steps > 0 and cfg.eval.after_rl:
         plan.append(Stage("eval_after_rl", functools.partial(eval_stage, "after_rl")))
     plan.append(Stage("save", save_stage, checkpointed=False))
     return plan
@@ -246,6 +248,8 @@ def _run(cfg: Config, reporter: Reporter, command: str, resume: bool, reward_ter
         f"run dir [bold]{run_dir}[/]  model {cfg.model.path or 'tiny Qwen3'} ({count_parameters(model) / 1e6:.2f}M params)  "
         f"train {len(train)}  held-out {len(held_out)}  device {next(model.parameters()).device}"
     )
+    # What the model sees, exactly (a prompt templated twice, or not at all, shows here at once).
+    reporter.print("first prompt as the model sees it:", markup_escape(repr(format_prompt(tokenizer, train[0], cfg.data))))
     ctx = RunContext(cfg, reporter, run_dir, model, tokenizer, train, held_out, reward_terms, resuming=resuming)
     plan = stages_for(cfg)
     done = _completed_stages(ctx, plan) if resuming else 0
@@ -432,7 +436,7 @@ def _write_summary(ctx: RunContext, skipped: list[Problem]) -> dict:
         "parameters": count_parameters(ctx.model),
         "trainable_parameters": sum(p.numel() for p in ctx.model.parameters() if p.requires_grad),
         "eval": {k: v.summary() for k, v in evals.items()},
-        "gain_points": round(100 * (evals["after_rl"].accuracy - evals[first].accuracy), 1) if "after_rl" in evals else None,
+        "gain_points": round(100 * (evals["after_rl"].accuracy - evals[first].accuracy), 1) if {"after_rl", first} <= set(evals) else None,
         "seconds": ctx.seconds,
         "rl_steps": len(ctx.records),
         "resumed_from": str(ctx.resumed_from) if ctx.resumed_from else None,

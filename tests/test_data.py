@@ -285,19 +285,22 @@ def chat_tokenizer():
 
 
 def test_chat_template_with_system_prompt(chat_tokenizer):
-    cfg = DataConfig(system_prompt="Put the answer in \\boxed{}.")
+    cfg = DataConfig(system_prompt="Put the answer in \\boxed{}.", use_chat_template=True)
     text = format_prompt(chat_tokenizer, "2+3*4=", cfg)
     assert text == "<|system|>Put the answer in \\boxed{}.\n<|user|>2+3*4=\n<|assistant|>"
 
 
 def test_chat_template_without_system_prompt(chat_tokenizer):
-    text = format_prompt(chat_tokenizer, "2+3*4=", DataConfig())
+    text = format_prompt(chat_tokenizer, "2+3*4=", DataConfig(use_chat_template=True))
     assert text == "<|user|>2+3*4=\n<|assistant|>"
 
 
 def test_raw_prompt_when_chat_template_disabled(chat_tokenizer):
     cfg = DataConfig(use_chat_template=False, system_prompt="ignored")
     assert format_prompt(chat_tokenizer, "2+3*4=", cfg) == "2+3*4="
+    # the default, as in TRL: a string prompt is used as written, so an already formatted prompt is not templated twice
+    formatted = "<|user|>What is 77+9?\n<|assistant|>"
+    assert format_prompt(chat_tokenizer, formatted, DataConfig()) == formatted
 
 
 def test_raw_prompt_when_tokenizer_has_no_template():

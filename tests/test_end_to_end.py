@@ -74,3 +74,15 @@ def test_a_mixed_precision_run_trains_and_saves_fp32_weights(tmp_path):
     assert all(r["loss/skipped_nonfinite"] == 0 for r in records if "loss/skipped_nonfinite" in r)
     saved = load_file(str(out / "model" / "model.safetensors"))
     assert {t.dtype for t in saved.values()} == {torch.float32}
+
+
+def test_evaluations_before_and_after_rl_can_each_be_switched_off(tmp_path):
+    out = tmp_path / "run"
+    cfg = load_config(overrides=TINY + [f"run.output_dir={json.dumps(str(out))}", "sft.steps=3", "sft.batch_size=8", "train.steps=1",
+                                        "eval.before_rl=false", "eval.after_rl=false"])
+    summary = run(cfg, Reporter(enabled=False), "lab")
+    assert summary["eval"] == {} and summary["gain_points"] is None
+    assert not list(out.glob("eval_*.jsonl")) and len(read_jsonl_records(out / "metrics.jsonl")) == 1
+    only_after = run(load_config(overrides=TINY + [f"run.output_dir={json.dumps(str(tmp_path / 'b'))}", "sft.steps=3", "sft.batch_size=8",
+                                                   "train.steps=1", "eval.before_rl=false"]), Reporter(enabled=False), "lab")
+    assert set(only_after["eval"]) == {"after_rl"} and only_after["gain_points"] is None

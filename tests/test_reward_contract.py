@@ -365,7 +365,7 @@ def test_dynamic_sampling_reads_the_named_correctness_term_wherever_it_is(user, 
 
 
 def test_the_loop_hands_batched_terms_chat_messages_and_completion_ids(tmp_path):
-    cfg, tok, model, train = tiny_setup(tmp_path, ['data.system_prompt=Be brief.'])
+    cfg, tok, model, train = tiny_setup(tmp_path, ['data.system_prompt=Be brief.', 'data.use_chat_template=true'])
     tok.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
     calls = []
 

@@ -41,9 +41,9 @@ def test_template_variables_reach_a_template_given_by_file(tmp_path):
     path = tmp_path / "qwen3.jinja"
     path.write_text(QWEN3_STYLE)
     tokenizer = build_char_tokenizer()  # has no template of its own: the file is used
-    on = DataConfig(chat_template=str(path), chat_template_kwargs={"enable_thinking": True})
-    off = DataConfig(chat_template=str(path), chat_template_kwargs={"enable_thinking": False})
-    unset = DataConfig(chat_template=str(path))
+    on = DataConfig(chat_template=str(path), chat_template_kwargs={"enable_thinking": True}, use_chat_template=True)
+    off = DataConfig(chat_template=str(path), chat_template_kwargs={"enable_thinking": False}, use_chat_template=True)
+    unset = DataConfig(chat_template=str(path), use_chat_template=True)
     assert format_prompt(tokenizer, "2+2=", on) == "<|user|>2+2=\n<|assistant|>"
     assert format_prompt(tokenizer, "2+2=", off) == "<|user|>2+2=\n<|assistant|><think>\n\n</think>\n\n"
     assert format_prompt(tokenizer, "2+2=", unset) == format_prompt(tokenizer, "2+2=", on)
@@ -53,7 +53,8 @@ def test_template_variables_reach_a_template_given_by_file(tmp_path):
 def test_template_variables_reach_the_tokenizers_own_template():
     tokenizer = build_char_tokenizer()
     tokenizer.chat_template = QWEN3_STYLE
-    assert format_prompt(tokenizer, "1=", DataConfig(chat_template_kwargs={"enable_thinking": False})).endswith("<think>\n\n</think>\n\n")
+    assert format_prompt(tokenizer, "1=", DataConfig(chat_template_kwargs={"enable_thinking": False}, use_chat_template=True)).endswith(
+        "<think>\n\n</think>\n\n")
 
 
 def test_template_variables_are_a_table_of_scalars_and_round_trip(tmp_path):

@@ -249,6 +249,7 @@ def _train_stage(recipe: Recipe, stage: StageSpec, overrides: list[str], current
     from rlvr.pipeline import run as run_pipeline
 
     only = ["train.steps=0"] if stage.kind == "sft" else ["sft.steps=0"]
+    only += ["eval.before_rl=true", "eval.after_rl=true"]  # the stage table compares them
     cfg = stage_config(recipe, stage, overrides, [f"model.path={json.dumps(current)}", *_here(stage_dir), *only])
     summary = run_pipeline(cfg, reporter, "recipe", resume=(stage_dir / "config.toml").is_file())
     final = summary["eval"]["after_sft" if stage.kind == "sft" else "after_rl"]

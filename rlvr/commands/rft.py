@@ -186,7 +186,7 @@ def _sft_config(cfg: Config, out_dir: Path, model_settings: list[str]) -> Config
     paths = [f"data.train_path={json.dumps(str(out_dir / TRACES))}", f"data.eval_path={json.dumps(str(out_dir / HELD_OUT))}",
              f"run.output_dir={json.dumps(str(out_dir))}"]
     # several traces of one problem share its id; the traces train SFT only; the next stage needs model/
-    return with_overrides(cfg, ["data.source=jsonl", "data.answer_format=plain", "data.max_rows=0", *paths, 'data.id_field=""', "train.steps=0", "train.save_model=true", *model_settings])
+    return with_overrides(cfg, ["data.source=jsonl", "data.answer_format=plain", "data.max_rows=0", "eval.before_rl=true", *paths, 'data.id_field=""', "train.steps=0", "train.save_model=true", *model_settings])
 
 
 def _rl_start(source: ModelSource) -> ModelSource | None:
