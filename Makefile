@@ -16,7 +16,7 @@ $(BIN)/python:
 
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q "$(TORCH)"
-	$(BIN)/pip install -q -e ".[test,ray]"
+	$(BIN)/pip install -q -e ".[test,ray,trackers]"
 	touch $@
 
 # bubblewrap sandboxes the code verifier; install it when missing and apt-get can (root, as in CI).

@@ -79,9 +79,17 @@ class RunConfig:
         "weights and optimizer state stay in run.dtype: the usual mixed precision for GPUs. Backward runs outside it."
     )
     threads: int = knob(0, "torch CPU threads; 0 keeps torch's default.")
+    trackers: list[str] = knob(
+        [], "Trackers that mirror every metric, the config, held-out evaluations and sampled completions: any of "
+        "'tensorboard', 'wandb', 'mlflow', 'trackio' (each an optional install: rlvr[tensorboard], ...). rlvr's own files are always written."
+    )
+    project: str = knob("rlvr", "The trackers' project (W&B, trackio) or experiment (MLflow); runs are named after run.output_dir.")
 
     def validate(self) -> None:
         _require(self.threads >= 0, "run.threads", "must be >= 0")
+        unknown = [t for t in self.trackers if t not in ("tensorboard", "wandb", "mlflow", "trackio")]
+        _require(not unknown, "run.trackers", f"{unknown} are not trackers rlvr knows (tensorboard, wandb, mlflow, trackio)")
+        _require(len(set(self.trackers)) == len(self.trackers), "run.trackers", "names a tracker twice")
 
 
 @dataclass
@@ -642,6 +650,11 @@ class Config:
                 f"{max(self.rollout.max_new_tokens, self.eval.max_new_tokens)} new tokens needs {longest}; "
                 "raise it or lower rollout/eval max_new_tokens",
             )
+        if for_training and self.run.trackers:
+            from rlvr.trackers import missing_trackers
+
+            missing = missing_trackers(self.run.trackers)
+            _require(not missing, "run.trackers", f"names trackers that are not installed: {'; '.join(missing)}")
         trains_full_weights = for_training and (self.sft.steps > 0 or (self.train.steps > 0 and self.model.lora_rank == 0))
         _require(
             self.run.dtype == "float32" or not trains_full_weights,

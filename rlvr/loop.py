@@ -32,6 +32,7 @@ from rlvr.learner import Learner
 from rlvr.metrics import JsonlWriter, PhaseBar, rewind_jsonl
 from rlvr.reward import RewardError, RewardTerm, Scores, score_completions
 from rlvr.rollout import Rollouts, completion_id_lists, concat_rollouts
+from rlvr.trackers import Trackers
 
 
 class TrainingError(RunStopped):
@@ -153,12 +154,14 @@ def rl_train(
     bar: PhaseBar,
     resume_from: Path | None = None,
     evaluate_policy: Callable[[], dict] | None = None,
+    trackers: Trackers | None = None,
 ) -> list[dict]:
     """Train the learner's policy for cfg.train.steps under any preset; returns the per-step
     metric records. With `resume_from` (a complete step checkpoint) weights, optimizer,
     scheduler, prompt stream and every RNG continue from it, so the remaining steps are those of
     an uninterrupted run. `evaluate_policy` (held-out figures of the current policy, drawing on no
-    training RNG) runs every cfg.eval.every steps after the update; its figures join that step's line."""
+    training RNG) runs every cfg.eval.every steps after the update; its figures join that step's line.
+    `trackers` (run.trackers) get every line and the sampled completions as they are written."""
     G, rc, tc, ac = cfg.rollout.group_size, cfg.rollout, cfg.train, cfg.algo
     stream, checkpoints = PromptStream(examples, cfg.run.seed), run_dir / "checkpoints"
     start, bad_streak = 0, 0
@@ -168,6 +171,8 @@ def rl_train(
         stream.set_state(trainer["stream"])
         start, bad_streak = state["step"], state["bad_streak"]
     records = _records_before(run_dir, start, resume_from)
+    if trackers is not None and records:
+        trackers.replay(records)
     for _ in range(start):
         bar.advance()
 
@@ -206,8 +211,12 @@ def rl_train(
                 record["time/eval"] = time.perf_counter() - t_eval
             metrics_out.write(record)
             records.append(record)
+            if trackers is not None:
+                trackers.log(step, record)
             if batch is not None and (step % tc.log_samples_every == 0 or step == tc.steps):
-                _write_samples(samples_out, step, batch, rewards_B, advantages_B, 2 * G)
+                rows = _write_samples(samples_out, step, batch, rewards_B, advantages_B, 2 * G)
+                if trackers is not None:
+                    trackers.log_samples(step, rows)
             bar.advance(f"reward {record['reward/mean']:.2f}" if record["reward/mean"] is not None else "reward n/a")
             fault_point("step_end")
             bad_streak = bad_streak + 1 if record.get("loss/skipped_nonfinite") else 0
@@ -288,9 +297,9 @@ def _rollout_metrics(samples: StepSamples, t_start: float, t_verified: float, t_
     }
 
 
-def _write_samples(out: JsonlWriter, step: int, batch: Sampled, rewards_B: torch.Tensor, advantages_B: torch.Tensor, n: int) -> None:
-    for i in range(min(n, len(batch.texts))):
-        out.write({
-            "step": step, "prompt": batch.examples[i].prompt, "completion": batch.texts[i],
-            "answer": batch.examples[i].answer, "reward": float(rewards_B[i]), "advantage": float(advantages_B[i]),
-        })
+def _write_samples(out: JsonlWriter, step: int, batch: Sampled, rewards_B: torch.Tensor, advantages_B: torch.Tensor, n: int) -> list[dict]:
+    rows = [{"step": step, "prompt": batch.examples[i].prompt, "completion": batch.texts[i], "answer": batch.examples[i].answer,
+             "reward": float(rewards_B[i]), "advantage": float(advantages_B[i])} for i in range(min(n, len(batch.texts)))]
+    for row in rows:
+        out.write(row)
+    return rows

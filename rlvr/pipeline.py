@@ -54,9 +54,10 @@ from rlvr.checkpoint import (
     save_checkpoint,
     step_name,
 )
-from rlvr.config import RESUMABLE_CHANGES, Config, ConfigError, atomic_write_text, changes_breaking_resume, load_config, save_config, to_toml
+from rlvr.config import RESUMABLE_CHANGES, Config, ConfigError, atomic_write_text, changes_breaking_resume, flatten, load_config, save_config, to_toml
 from rlvr.data import Example, Problem, format_prompt, load_jsonl_splits, solution_targets
 from rlvr.distributed import make_learner
+from rlvr.trackers import Trackers
 from rlvr.loop import TrainingError, rl_train
 from rlvr.metrics import JsonlWriter, PhaseBar, Reporter, plot_reward_curve, rewind_jsonl
 from rlvr.models import (
@@ -183,6 +184,7 @@ class RunContext:
     records: list[dict] = field(default_factory=list)
     resumed_from: Path | None = None
     resuming: bool = False
+    trackers: Trackers | None = None  # run.trackers: TensorBoard, W&B, MLflow, trackio
 
     @property
     def checkpoints(self) -> Path:
@@ -250,17 +252,21 @@ def _run(cfg: Config, reporter: Reporter, command: str, resume: bool, reward_ter
     )
     # What the model sees, exactly (a prompt templated twice, or not at all, shows here at once).
     reporter.print("first prompt as the model sees it:", markup_escape(repr(format_prompt(tokenizer, train[0], cfg.data))))
-    ctx = RunContext(cfg, reporter, run_dir, model, tokenizer, train, held_out, reward_terms, resuming=resuming)
-    plan = stages_for(cfg)
-    done = _completed_stages(ctx, plan) if resuming else 0
-    for index, stage in enumerate(plan):
-        if index < done:
-            continue
-        stage.run(ctx)
-        if stage.checkpointed:
-            _record_completion(ctx, stage)
-    ctx.seconds["total"] = round(time.perf_counter() - started, 1)
-    return _write_summary(ctx, skipped)
+    trackers = Trackers(cfg.run.trackers, run_dir, flatten(cfg), cfg.run.project, resuming)
+    ctx = RunContext(cfg, reporter, run_dir, model, tokenizer, train, held_out, reward_terms, resuming=resuming, trackers=trackers)
+    try:
+        plan = stages_for(cfg)
+        done = _completed_stages(ctx, plan) if resuming else 0
+        for index, stage in enumerate(plan):
+            if index < done:
+                continue
+            stage.run(ctx)
+            if stage.checkpointed:
+                _record_completion(ctx, stage)
+        ctx.seconds["total"] = round(time.perf_counter() - started, 1)
+        return _write_summary(ctx, skipped)
+    finally:
+        trackers.close()
 
 
 # ----------------------------------------------------------------------------- the stages
@@ -331,6 +337,8 @@ def eval_stage(name: str, ctx: RunContext) -> None:
                                                             bar, **evaluation_options(cfg), others=other_terms(ctx.reward_terms)))
     write_eval(ctx.run_dir, name, result)
     ctx.evals[name] = result
+    if ctx.trackers is not None:
+        ctx.trackers.log_eval(len(ctx.records) if name == "after_rl" else 0, name, result.summary())
     modes = "".join(f"  {mode}: {m['accuracy']:.1%} (length {m['mean_length']:.1f})" for mode, m in result.by_mode.items())
     thinking = f"  well-formed thinking {result.well_formed:.0%}" if result.well_formed is not None else ""
     ctx.reporter.print(f"held-out {name}: {headline(result)}  by level {_pct(result.by_level)}  "
@@ -370,7 +378,8 @@ def rl_stage(ctx: RunContext) -> None:
     evaluate_policy = functools.partial(held_out_figures, ctx, learner.policy) if cfg.eval.every else None
     try:
         with ctx.reporter.phase("rl", cfg.train.steps) as bar:
-            ctx.records = ctx.timed("rl", lambda: rl_train(learner, ctx.train, cfg, ctx.reward_terms, ctx.run_dir, bar, resume_from, evaluate_policy))
+            ctx.records = ctx.timed("rl", lambda: rl_train(learner, ctx.train, cfg, ctx.reward_terms, ctx.run_dir, bar, resume_from,
+                                                           evaluate_policy, trackers=ctx.trackers))
     finally:
         learner.close()  # Ray: its workers stop with the run, however it ends
     if len(ctx.records) != cfg.train.steps:  # never exit 0 having silently trained too little
