@@ -158,10 +158,15 @@ class TaskConfig:
 
 @dataclass
 class DataConfig:
-    source: Literal["arithmetic", "jsonl", "hf"] = knob(
-        "arithmetic", "'arithmetic' (built-in procedural task), 'jsonl' (your files) or 'hf' (anything Hugging Face datasets "
-        "opens: a hub id, a local parquet / json / jsonl / csv / arrow file, a directory saved with save_to_disk)."
+    source: Literal["arithmetic", "jsonl", "hf", "reasoning_gym"] = knob(
+        "arithmetic", "'arithmetic' (built-in procedural task), 'jsonl' (your files), 'hf' (anything Hugging Face datasets "
+        "opens: a hub id, a local parquet / json / jsonl / csv / arrow file, a directory saved with save_to_disk) or "
+        "'reasoning_gym' (data.gym_tasks from reasoning-gym's generators, each row scored by its task's own scorer)."
     )
+    gym_tasks: list[str] = knob([], "source = 'reasoning_gym': task names, e.g. [\"basic_arithmetic\", \"chain_sum\", \"spell_backward\"].")
+    gym_size: int = knob(1000, "source = 'reasoning_gym': training problems per task.")
+    gym_eval_size: int = knob(50, "source = 'reasoning_gym': held-out problems per task.")
+    gym_prompt: str = knob("{question}\nGive the final answer in \\boxed{}.", "source = 'reasoning_gym': the prompt, {question} replaced.")
     train_path: str = knob("", "Training problems: a JSONL file (source = 'jsonl'), or a dataset (source = 'hf': hub id, file or directory).")
     eval_path: str = knob("", "Held-out problems, as train_path; empty: source = 'hf' uses eval_split if set, else eval_fraction of train is held out.")
     hf_config: str = knob("", "source = 'hf': the dataset's configuration name (e.g. 'main' for gsm8k), if it has several.")
@@ -193,6 +198,10 @@ class DataConfig:
     )
 
     def validate(self) -> None:
+        if self.source == "reasoning_gym":
+            _require(bool(self.gym_tasks), "data.gym_tasks", "is required when data.source = 'reasoning_gym'")
+            _require(self.gym_size >= 1 and self.gym_eval_size >= 1, "data.gym_size", "gym_size and gym_eval_size must be >= 1")
+            _require("{question}" in self.gym_prompt, "data.gym_prompt", "must contain {question}")
         if self.source in ("jsonl", "hf"):
             _require(bool(self.train_path), "data.train_path", f"is required when data.source = {self.source!r}")
         _require(self.max_rows >= 0, "data.max_rows", "must be >= 0")
@@ -499,6 +508,11 @@ class RewardConfig:
         "f(prompts, completions, **columns) -> list[float | None]: told apart by the parameter names (docs/verifiers.md).",
     )
     weights: list[float] = knob([], "One weight per reward function (empty = all 1.0); the reward is the weighted sum.")
+    route_field: str = knob(
+        "verifier", "A row field naming the one reward term that judges the row (its name in reward.functions): on data that mixes "
+        "kinds of problem (math, code, reasoning-gym tasks) a row is scored only by its own term, and the others do not "
+        "count as missing. Rows without the field are scored by every term."
+    )
     correctness: str = knob(
         "", "The term that judges correctness (held-out accuracy, dynamic sampling): an entry of reward.functions or its "
         "metric name; empty = the first."

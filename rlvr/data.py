@@ -183,7 +183,9 @@ def parse_record(record: Any, cfg: DataConfig, need_solution: bool, answer_ok: A
         raise _BadRow(f"bad field {cfg.level_field!r}", f"field {cfg.level_field!r} must be an integer, got {level!r}")
     prompt, messages = _prompt(record, cfg.prompt_field)
     answer, worked = read_answer(_field(record, cfg.answer_field, required=True, structured=True), cfg.answer_format, cfg.answer_field)
-    verdict = answer_ok(answer) if answer_ok is not None else True
+    # A row that names its own reward term (reward.route_field, which the check carries) is checked by that term alone.
+    route = record.get(getattr(answer_ok, "route_field", None) or "", None)
+    verdict = True if answer_ok is None else answer_ok(answer, route=route) if isinstance(route, str) else answer_ok(answer)
     if isinstance(verdict, str) or not verdict:
         why = verdict if isinstance(verdict, str) else "cannot be matched by the verifier even against itself (not a final answer)"
         raise _BadRow(f"unparseable field {cfg.answer_field!r}", f"field {cfg.answer_field!r} = {answer[:80]!r} {why}")

@@ -107,6 +107,10 @@ def load_splits(cfg: Config, skipped: list[Problem] | None = None) -> tuple[list
     if cfg.data.source == "arithmetic":
         return make_splits(cfg.task, cfg.run.seed)
     # a gold answer the correctness verifier refuses (boxed_math: cannot match it to itself) can never be rewarded
+    if cfg.data.source == "reasoning_gym":
+        from rlvr.tasks.gym import gym_splits
+
+        return gym_splits(cfg.data, cfg.run.seed, cfg.reward.route_field)
     if cfg.data.source == "hf":
         from rlvr.data_hf import load_hf_splits
 

@@ -64,6 +64,7 @@ class RewardTerm:
     pool: VerifierPool | None = None  # worker processes with a hard per-item timeout
     correctness: bool = False  # the term that judges correctness (reward.correctness)
     reward: Reward | None = None  # how `fn` is called; built from `fn` when not given
+    route_field: str = ""  # reward.route_field: rows naming another term there are not this term's to score
 
     def __post_init__(self) -> None:
         if self.reward is None and self.fn is not None:
@@ -82,7 +83,19 @@ class RewardTerm:
         prompt_messages: list[list[dict[str, str]]] | None = None,
         completion_ids: list[list[int]] | None = None,
     ) -> TermScores:
-        """This term on every completion. `prompt_messages` and `completion_ids`: see score_completions."""
+        """This term on every completion. `prompt_messages` and `completion_ids`: see score_completions.
+        On routed data (reward.route_field) a row that names another term gets None: not scored here,
+        and not missing either (its own term scores it)."""
+        mine = [i for i, e in enumerate(examples) if route_of(e, self.route_field) in (None, self.name)]
+        if len(mine) < len(examples):
+            def pick(items):
+                return [items[i] for i in mine] if items is not None else None
+            part = self._score(pick(prompts), pick(completions), pick(examples), pick(lengths), pick(prompt_messages), pick(completion_ids)) \
+                if mine else TermScores([])
+            return _scatter(part, mine, len(examples))
+        return self._score(prompts, completions, examples, lengths, prompt_messages, completion_ids)
+
+    def _score(self, prompts, completions, examples, lengths, prompt_messages, completion_ids) -> TermScores:
         if self.batched:
             assert self.reward is not None
             chat = prompt_messages is not None
@@ -136,7 +149,8 @@ def build_reward_terms(cfg: RewardConfig) -> list[RewardTerm]:
     try:
         for i, (reward, name, weight) in enumerate(zip(rewards, names, weights)):
             pool = VerifierPool(reward, workers=cfg.workers, timeout_s=cfg.timeout_s) if cfg.workers and not reward.batched else None
-            terms.append(RewardTerm(name, float(weight), reward.fn, reward.batched, pool, correctness=i == chosen, reward=reward))
+            terms.append(RewardTerm(name, float(weight), reward.fn, reward.batched, pool, correctness=i == chosen, reward=reward,
+                                    route_field=cfg.route_field))
     except BaseException:
         close_reward_terms(terms)
         raise
@@ -181,7 +195,18 @@ def answer_check(cfg: RewardConfig) -> Callable[[str], bool | str] | None:
         return None
     checks = {r.name: r.check_answer for r in rewards if getattr(r, "check_answer", None) is not None}
 
-    def check(answer: str) -> bool | str:
+    def check(answer: str, route: str | None = None) -> bool | str:
+        """`route`: the row's own term (reward.route_field): only its check applies (none: nothing to check)."""
+        if route is not None:
+            if route not in names:
+                return f"names reward term {route!r} in its {cfg.route_field!r} field, but reward.functions has {names}"
+            if route not in checks:
+                return True
+            try:
+                checks[route](answer)
+                return True
+            except ValueError as err:
+                return str(err)
         reasons = []
         for name, check_answer in checks.items():
             try:
@@ -191,6 +216,7 @@ def answer_check(cfg: RewardConfig) -> Callable[[str], bool | str] | None:
                 reasons.append(str(err) if len(checks) == 1 else f"{name}: {err}")
         return "; ".join(reasons)
 
+    check.route_field = cfg.route_field  # type: ignore[attr-defined]  (read by rlvr.data.parse_record)
     return check
 
 
@@ -240,6 +266,14 @@ class Scores:
         )
 
 
+def _scatter(part: TermScores, rows: list[int], n: int) -> TermScores:
+    """A term's scores of some rows placed among n rows; the others are None (not its to score)."""
+    values: list[float | None] = [None] * n
+    for row, value in zip(rows, part.values):
+        values[row] = value
+    return TermScores(values, part.errors, part.first_error, part.timeouts, {rows[i] for i in part.failed})
+
+
 def score_completions(
     terms: list[RewardTerm],
     cfg: RewardConfig,
@@ -285,7 +319,24 @@ def score_completions(
         scores.terms["overlong"] = TermScores(penalty_B.tolist())
         total_B += penalty_B
     total_B[~scored_B | failed_B] = float("nan")
-    if scores.correct_B is None and terms:  # hand-built terms without a marked one: the first judges
-        first = scores.terms[terms[0].name].values
-        scores.correct_B = torch.tensor([float("nan") if v is None else v for v in first])
+    if terms:  # the correctness term judges, or on routed data each row's own term
+        judge = correctness_term(terms)
+        verdicts = routed_verdicts({name: t.values for name, t in scores.terms.items()}, examples, judge)
+        scores.correct_B = torch.tensor([float("nan") if v is None else v for v in verdicts])
     return scores
+
+
+def route_of(example: Example, route_field: str) -> str | None:
+    """The reward term a row names as its own judge (reward.route_field), or None."""
+    route = example.info.get(route_field) if route_field and isinstance(example.info, dict) else None
+    return route if isinstance(route, str) else None
+
+
+def routed_verdicts(values: dict[str, list[float | None]], examples: Sequence[Example], judge: RewardTerm) -> list[float | None]:
+    """Each row's correctness: the judge's value, or on a row that names its own term, that term's
+    (a reasoning-gym row is judged by its task's scorer, a code row by python_code)."""
+    out = []
+    for i, example in enumerate(examples):
+        route = route_of(example, judge.route_field)
+        out.append(values[route][i] if route in values else values[judge.name][i])
+    return out

@@ -36,7 +36,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from rlvr.config import ConfigError, DataConfig, EvalConfig, ThinkingConfig, atomic_write_text
 from rlvr.data import Example, chat_prompts, format_prompt
 from rlvr.metrics import PhaseBar
-from rlvr.reward import RewardTerm
+from rlvr.reward import RewardTerm, routed_verdicts
 from rlvr.rollout import completion_id_lists, decode_completions, encode_prompts, generate
 from rlvr.rollout.controls import ThinkingBudget, encode_stops, token_ids
 from rlvr.stages.estimators import bootstrap_intervals, maj_at_k, pass_at_k
@@ -171,7 +171,9 @@ class _Evaluation:
         prompts = [self.prompts[i] for i in rows for _ in range(group_size)]
         scores = {t.name: t.score(prompts, texts, per_row, lengths, **context).values for t in [self.correctness, *self.others]}
         self.bar.advance()
-        return _Decoded(texts, lengths, scores.pop(self.correctness.name), scores)
+        verdicts = routed_verdicts(scores, per_row, self.correctness)  # on routed data, each row's own term
+        scores.pop(self.correctness.name)
+        return _Decoded(texts, lengths, verdicts, scores)
 
     def batches(self, per_batch: int):
         for start in range(0, len(self.order), per_batch):

@@ -27,6 +27,7 @@ from typing import Callable, Protocol
 from rlvr.verifiers.conciseness import brevity
 from rlvr.verifiers.code import python_code, python_code_all_or_nothing
 from rlvr.verifiers.format import mode_format, think_format
+from rlvr.verifiers.gym import reasoning_gym
 from rlvr.verifiers.math import boxed_math, extract_last_boxed
 
 
@@ -41,6 +42,7 @@ VERIFIERS: dict[str, Verifier] = {
     "think_format": think_format,
     "brevity": brevity,
     "mode_format": mode_format,
+    "reasoning_gym": reasoning_gym,
 }
 
 
