@@ -178,6 +178,11 @@ class DataConfig:
         "the last \\boxed{} of a worked solution (MATH; the solution is kept for SFT)."
     )
     max_rows: int = knob(0, "Read only the first N rows of the training data (0 = all).")
+    mix: list[dict[str, Any]] = knob(
+        [], "Several sources as one training set ([[data.mix]] tables): each a source's data.* settings (unset ones are this "
+        "section's) with weight (default 1), name and verifier (the reward term for its rows); rows remember their source. "
+        "Empty: this section is the one source."
+    )
     eval_fraction: float = knob(0.05, "Share of train held out when eval_path is empty.")
     prompt_field: str = knob("prompt", "Field with the problem: a string, or a list of chat messages ({role, content}; system and few-shot turns kept).")
     answer_field: str = knob("answer", "JSONL field with the gold final answer.")

@@ -104,6 +104,10 @@ def prepare_run_dir(cfg: Config, command: str, resume: bool) -> tuple[Path, bool
 
 
 def load_splits(cfg: Config, skipped: list[Problem] | None = None) -> tuple[list[Example], list[Example]]:
+    if cfg.data.mix:
+        from rlvr.data_mix import load_mixture
+
+        return load_mixture(cfg, load_splits, skipped)
     if cfg.data.source == "arithmetic":
         return make_splits(cfg.task, cfg.run.seed)
     # a gold answer the correctness verifier refuses (boxed_math: cannot match it to itself) can never be rewarded

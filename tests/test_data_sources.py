@@ -133,3 +133,33 @@ def test_user_shaped_data_trains_without_preprocessing(tmp_path, kind):
     assert len(read_jsonl_records(out / "metrics.jsonl")) == 2
     sample = read_jsonl_records(out / "samples.jsonl")[0]
     assert sample["answer"] in {"7", "10", "2400"} if kind == "gsm8k_parquet" else sample["prompt"].count("+") == 1
+
+
+def test_a_weighted_mixture_of_sources_keeps_its_proportions_and_each_rows_source(tmp_path):
+    from rlvr.data_mix import load_mixture
+    from rlvr.pipeline import load_splits
+
+    parquet = gsm8k_parquet(tmp_path)
+    mix = ('data.mix=[{source = "arithmetic", weight = 3, name = "arith", verifier = "boxed_math"}, '
+           f'{{source = "hf", train_path = {json.dumps(str(parquet))}, prompt_field = "question", answer_format = "gsm8k", weight = 1}}]')
+    cfg = load_config(overrides=[mix, "task.num_train=90", "task.num_eval=10", "data.eval_fraction=0.25"])
+    train, held = load_mixture(cfg, load_splits)
+    sources = [e.info["source"] for e in train]
+    hf_name = f"hf:{parquet}"
+    assert sources.count("arith") == 81 and sources.count(hf_name) == 27  # 108 rows, 3 : 1
+    assert len(set(e.prompt for e in train if e.info["source"] == hf_name)) == 3  # its 18 rows (3 questions), cycled to 27
+    assert {e.info["source"] for e in held} == {"arith", hf_name} and len(held) == 10 + 6
+    assert all(e.info.get("verifier") == "boxed_math" for e in train if e.info["source"] == "arith")
+    assert load_mixture(cfg, load_splits) == (train, held)  # from the seed
+
+
+def test_a_bad_mixture_entry_names_its_place():
+    from rlvr.data_mix import load_mixture
+    from rlvr.pipeline import load_splits
+
+    with pytest.raises(Exception, match=r"data.mix\[1\]: \['promt_field'\] are not data settings"):
+        load_mixture(load_config(overrides=['data.mix=[{source = "arithmetic"}, {source = "arithmetic", promt_field = "q"}]']), load_splits)
+    with pytest.raises(Exception, match=r"data.mix\[0\].weight: must be a number > 0"):
+        load_mixture(load_config(overrides=['data.mix=[{source = "arithmetic", weight = 0}]']), load_splits)
+    with pytest.raises(Exception, match=r"data.mix\[0\]: data.train_path: is required"):
+        load_mixture(load_config(overrides=['data.mix=[{source = "jsonl"}]']), load_splits)

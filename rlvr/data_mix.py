@@ -1,0 +1,80 @@
+"""Mixtures of data sources (data.mix): several sources, each with its own data settings and a
+weight, as one training set whose rows remember where they came from.
+
+Each `[[data.mix]]` table holds a source's `data.*` settings (source, train_path, prompt_field,
+answer_format, gym_tasks, ...; unset ones are the `[data]` section's) plus `weight` (default 1)
+and optionally `name` (default: the source and its path) and `verifier` (the reward term that
+judges its rows: reward.route_field). The training set has the sources in proportion to their
+weights: of N = all training rows together, source i contributes round(N * w_i / sum w) rows,
+drawn from the seed without repeats while it has enough, cycling through it again when it has
+fewer. Held-out rows of every source are all kept. Each row's `source` field names its source.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from typing import Any, Callable
+
+from rlvr.config import Config, ConfigError, DataConfig
+from rlvr.data import Example, Problem
+
+MIX_KEYS = {"weight", "name", "verifier"}
+
+
+def part_config(cfg: Config, index: int, table: dict[str, Any]) -> tuple[Config, float, str, str | None]:
+    """The config one source of the mixture is loaded with, its weight, name and verifier."""
+    where = f"data.mix[{index}]"
+    fields = {f.name for f in dataclasses.fields(DataConfig)} - {"mix"}
+    unknown = set(table) - fields - MIX_KEYS
+    if unknown:
+        raise ConfigError(f"{where}: {sorted(unknown)} are not data settings (data.* fields, weight, name, verifier)")
+    weight = table.get("weight", 1.0)
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight <= 0:
+        raise ConfigError(f"{where}.weight: must be a number > 0, got {weight!r}")
+    settings = {k: v for k, v in table.items() if k not in MIX_KEYS}
+    try:
+        data = dataclasses.replace(cfg.data, **settings, mix=[])
+        data.validate()
+    except (TypeError, ConfigError) as err:
+        raise ConfigError(f"{where}: {err}") from None
+    name = str(table.get("name") or (f"{data.source}:{data.train_path}" if data.train_path else data.source))
+    verifier = table.get("verifier")
+    if verifier is not None and verifier not in cfg.reward.functions:
+        raise ConfigError(f"{where}.verifier: {verifier!r} is not in reward.functions {cfg.reward.functions}")
+    return dataclasses.replace(cfg, data=data), float(weight), name, verifier
+
+
+def load_mixture(cfg: Config, load_one: Callable[[Config, list[Problem] | None], tuple[list[Example], list[Example]]],
+                 skipped: list[Problem] | None = None) -> tuple[list[Example], list[Example]]:
+    """Train and held-out examples of every source in cfg.data.mix (`load_one` loads one source)."""
+    parts = [part_config(cfg, i, table) for i, table in enumerate(cfg.data.mix)]
+    names = [name for _, _, name, _ in parts]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"data.mix: two sources have the same name {names}; give each a `name`")
+    loaded = [(load_one(part_cfg, skipped), weight, name, verifier) for part_cfg, weight, name, verifier in parts]
+    total = sum(len(train) for (train, _), _, _, _ in loaded)
+    weights = sum(weight for _, weight, _, _ in loaded)
+    rng = random.Random(f"mix:{cfg.run.seed}")
+    train_rows: list[Example] = []
+    held_rows: list[Example] = []
+    route = cfg.reward.route_field
+    for (train, held), weight, name, verifier in loaded:
+        want = max(1, round(total * weight / weights))
+        order: list[int] = []
+        while len(order) < want:  # without repeats while the source has rows, then again
+            batch = list(range(len(train)))
+            rng.shuffle(batch)
+            order += batch
+        train_rows += [_tagged(train[i], name, verifier, route) for i in order[:want]]
+        held_rows += [_tagged(e, name, verifier, route) for e in held]
+    rng.shuffle(train_rows)
+    return train_rows, held_rows
+
+
+def _tagged(e: Example, name: str, verifier: str | None, route_field: str) -> Example:
+    info = dict(e.info) if isinstance(e.info, dict) else {}
+    info["source"] = name
+    if verifier is not None and route_field:
+        info.setdefault(route_field, verifier)
+    return dataclasses.replace(e, info=info)
