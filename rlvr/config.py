@@ -347,9 +347,18 @@ class AlgoConfig:
 @dataclass
 class TrainConfig:
     steps: int = knob(250, "RL steps (each: rollout, verify, advantages, num_iterations updates).")
-    lr: float = knob(2e-4, "RL learning rate (AdamW, constant after warmup).")
-    warmup_steps: int = knob(10, "RL learning-rate warmup steps.")
-    weight_decay: float = knob(0.0, "RL AdamW weight decay.")
+    lr: float = knob(2e-4, "RL peak learning rate (AdamW), after warmup; train.lr_schedule says what follows.")
+    warmup_steps: int = knob(10, "RL learning-rate warmup steps (linear from lr / warmup_steps).")
+    lr_schedule: Literal["constant", "linear", "cosine"] = knob(
+        "constant", "After warmup: constant, or a linear or cosine decay to 0 at train.steps (transformers' lr_scheduler_type)."
+    )
+    weight_decay: float = knob(0.0, "RL AdamW weight decay; biases and normalisation weights (1-D parameters) never decay.")
+    adam_beta1: float = knob(0.9, "AdamW beta1 (transformers' default 0.9).")
+    adam_beta2: float = knob(
+        0.99, "AdamW beta2. transformers defaults to 0.999; rlvr's RL uses 0.99, which forgets old gradient scales in ~100 "
+        "steps instead of ~1000: RL's gradient statistics shift as the policy does (the lab's tuned value)."
+    )
+    adam_epsilon: float = knob(1e-8, "AdamW epsilon (transformers' default 1e-8).")
     max_grad_norm: float = knob(1.0, "Clip the global gradient norm (0 = off).")
     micro_batch_size: int = knob(64, "Sequences per forward/backward; gradients accumulate exactly to the full batch.")
     micro_batch_tokens: int = knob(
@@ -370,6 +379,8 @@ class TrainConfig:
 
     def validate(self) -> None:
         _require(self.steps >= 0, "train.steps", "must be >= 0")
+        _require(0.0 <= self.adam_beta1 < 1.0 and 0.0 <= self.adam_beta2 < 1.0, "train.adam_beta1", "AdamW betas must be in [0, 1)")
+        _require(self.adam_epsilon > 0, "train.adam_epsilon", "must be > 0")
         _require(self.max_nonfinite_steps >= 1, "train.max_nonfinite_steps", "must be >= 1")
         _require(self.lr > 0, "train.lr", "must be > 0")
         _require(self.micro_batch_size > 0, "train.micro_batch_size", "must be > 0")

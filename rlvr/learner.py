@@ -10,6 +10,7 @@ is another class with the same verbs; the loop does not change.
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -80,6 +81,31 @@ def group_generators(seed: int, round_index: int, prompts: int, device: torch.de
             for g in range(first, first + prompts)]
 
 
+def adamw(model: torch.nn.Module, lr: float, betas: tuple[float, float], eps: float, weight_decay: float) -> torch.optim.AdamW:
+    """AdamW over the trainable parameters (with LoRA: the adapters), with weight decay on matrices
+    only: biases and normalisation weights (1-D parameters) do not decay, as in transformers' Trainer."""
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    if weight_decay == 0.0:  # one group, as checkpoints written before decay groups existed expect
+        return torch.optim.AdamW(trainable, lr=lr, betas=betas, eps=eps, weight_decay=0.0)
+    groups = [{"params": [p for p in trainable if p.ndim >= 2], "weight_decay": weight_decay},
+              {"params": [p for p in trainable if p.ndim < 2], "weight_decay": 0.0}]
+    return torch.optim.AdamW([g for g in groups if g["params"]], lr=lr, betas=betas, eps=eps)
+
+
+def lr_factor(schedule: str, warmup: int, total: int):
+    """The learning rate's multiplier at optimizer step s: linear warmup over `warmup` steps, then
+    constant, or a linear or cosine decay reaching 0 at step `total`."""
+    def factor(s: int) -> float:
+        if s < warmup:
+            return (s + 1) / max(1, warmup)
+        if schedule == "constant":
+            return 1.0
+        progress = min(1.0, (s - warmup) / max(1, total - warmup))
+        return 1.0 - progress if schedule == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return factor
+
+
 def sample_groups(policy: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, prompts: list[str], rc: RolloutConfig,
                   stops: list[list[int]], generator: torch.Generator, generators: list[torch.Generator] | None) -> tuple[Rollouts, list[str]]:
     """G completions of each (formatted) prompt, and their texts: what a local learner and a Ray
@@ -109,8 +135,8 @@ class LocalLearner:
         self.reference = reference_for(policy) if cfg.algo.beta > 0 else None
         trainable = [p for p in policy.parameters() if p.requires_grad]  # with LoRA: the adapters only
         tc = cfg.train
-        self.optimizer = torch.optim.AdamW(trainable, lr=tc.lr, betas=(0.9, 0.99), weight_decay=tc.weight_decay)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: min(1.0, (s + 1) / max(1, tc.warmup_steps)))
+        self.optimizer = adamw(policy, tc.lr, (tc.adam_beta1, tc.adam_beta2), tc.adam_epsilon, tc.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_factor(tc.lr_schedule, tc.warmup_steps, tc.steps))
         self.generator = torch.Generator(device=self.device).manual_seed(cfg.run.seed)
         self.seed, self.rounds = cfg.run.seed, 0  # rounds: generate calls so far (rollout.seeding = "group" seeds by it)
         self.lookahead = 0

@@ -196,3 +196,23 @@ def test_dynamic_sampling_filters_on_correctness_not_on_shaping(tmp_path, update
              RewardTerm("length", 0.01, lambda c, a: float(len(c)), batched=False)]
     records = loop.rl_train(LocalLearner(model, tok, cfg), train, cfg, terms, tmp_path, Bar())
     assert not updates and records[0]["sampling/groups_dropped"] == 8 and records[0]["reward/std"] > 0
+
+
+def test_learning_rate_schedules_and_weight_decay_groups():
+    import math
+
+    import torch
+
+    from rlvr.learner import adamw, lr_factor
+
+    constant, linear, cosine = (lr_factor(kind, 2, 10) for kind in ("constant", "linear", "cosine"))
+    assert [constant(s) for s in (0, 1, 2, 9)] == [0.5, 1.0, 1.0, 1.0]  # warmup, then flat
+    assert [linear(s) for s in (0, 1, 2, 6, 10)] == [0.5, 1.0, 1.0, 0.5, 0.0]  # to 0 at train.steps
+    assert cosine(6) == pytest.approx(0.5) and cosine(2) == 1.0 and cosine(10) == pytest.approx(0.0, abs=1e-12)
+    assert cosine(4) == pytest.approx(0.5 * (1 + math.cos(math.pi * 0.25)))
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.LayerNorm(3))
+    opt = adamw(model, 1e-3, (0.9, 0.95), 1e-6, 0.1)
+    decayed = {id(p) for g in opt.param_groups if g["weight_decay"] == 0.1 for p in g["params"]}
+    assert decayed == {id(model[0].weight)}  # biases and the norm's weight never decay
+    assert opt.param_groups[0]["betas"] == (0.9, 0.95) and opt.param_groups[0]["eps"] == 1e-6
+    assert len(adamw(model, 1e-3, (0.9, 0.99), 1e-8, 0.0).param_groups) == 1
