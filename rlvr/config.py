@@ -178,6 +178,12 @@ class DataConfig:
         "the last \\boxed{} of a worked solution (MATH; the solution is kept for SFT)."
     )
     max_rows: int = knob(0, "Read only the first N rows of the training data (0 = all).")
+    skip_solved_rate: float = knob(
+        0.0, "Curriculum (0 = off): a problem whose pass rate in the round it was last sampled (share of its G completions with "
+        "full marks) is at least this is passed over from then on (e.g. 1.0: skip what every sample solved); logged as curriculum/*."
+    )
+    solved_keep_prob: float = knob(0.0, "Curriculum: the chance a passed-over problem is taken anyway (0 = never: sampled less, or not at all).")
+    skip_never_solved: bool = knob(False, "Curriculum: also pass over problems whose last pass rate was 0.")
     mix: list[dict[str, Any]] = knob(
         [], "Several sources as one training set ([[data.mix]] tables): each a source's data.* settings (unset ones are this "
         "section's) with weight (default 1), name and verifier (the reward term for its rows); rows remember their source. "
@@ -210,6 +216,8 @@ class DataConfig:
         if self.source in ("jsonl", "hf"):
             _require(bool(self.train_path), "data.train_path", f"is required when data.source = {self.source!r}")
         _require(self.max_rows >= 0, "data.max_rows", "must be >= 0")
+        _require(0.0 <= self.skip_solved_rate <= 1.0, "data.skip_solved_rate", "must be in [0, 1] (0 = off)")
+        _require(0.0 <= self.solved_keep_prob < 1.0, "data.solved_keep_prob", "must be in [0, 1)")
         _require(0.0 < self.eval_fraction < 1.0, "data.eval_fraction", "must be in (0, 1)")
         _require(not self.chat_template or Path(self.chat_template).is_file(), "data.chat_template", f"{self.chat_template} is not a file")
         reserved = {"messages", "tokenize", "add_generation_prompt", "chat_template", "conversation"} & set(self.chat_template_kwargs)
@@ -650,6 +658,11 @@ class Config:
             f"{[name for name in surrogates if surrogates.trait(name, 'dual_clip', False)]}); set it to 0",
         )
         # Settings that are valid alone but contradict each other: say which and why.
+        _require(
+            not (self.data.skip_solved_rate > 0 and self.distributed.mode == "async" and self.distributed.max_staleness > 0),
+            "data.skip_solved_rate", "cannot be used with asynchronous rollouts (distributed.mode = 'async', max_staleness > 0): the "
+            "rounds started ahead would be chosen before the pass rates that decide them are known",
+        )
         _require(
             not (self.distributed.backend == "ray" and self.rollout.seeding == "stream"), "rollout.seeding",
             "= 'stream' cannot be split across Ray rollout workers (one stream would depend on the split); use 'group' or 'auto'",

@@ -40,18 +40,51 @@ class TrainingError(RunStopped):
 
 
 class PromptStream:
-    """Endless shuffled passes over the training problems (a new order each epoch, from the seed)."""
+    """Endless shuffled passes over the training problems (a new order each epoch, from the seed).
 
-    def __init__(self, examples: list[Example], seed: int):
+    Curriculum (data.skip_solved_rate > 0): each problem's pass rate in the last round it was
+    sampled (the share of its G completions with full marks) is kept, and a problem at or above
+    the rate, or never solved with data.skip_never_solved, is passed over, or taken anyway with
+    probability data.solved_keep_prob, so steps go to problems that still teach something. A pass
+    over a whole epoch's worth that finds nothing to take takes what comes.
+    """
+
+    def __init__(self, examples: list[Example], seed: int, skip_rate: float = 0.0, keep_prob: float = 0.0, skip_never: bool = False):
         self.examples, self.rng, self.order = examples, random.Random(f"prompts:{seed}"), []
+        self.skip_rate, self.keep_prob, self.skip_never = skip_rate, keep_prob, skip_never
+        self.rates: dict[int, float] = {}  # example index -> pass rate in its last sampled round
+        self.skipped = 0  # problems passed over since the last metrics
+        self._index = {id(e): i for i, e in enumerate(examples)}
 
     def state(self) -> dict:
-        """Where the stream is: its RNG and the rest of the current epoch's order (exact resume)."""
-        return {"rng": self.rng.getstate(), "order": list(self.order)}
+        """Where the stream is: its RNG, the rest of the current epoch's order and the pass rates (exact resume)."""
+        return {"rng": self.rng.getstate(), "order": list(self.order), "rates": dict(self.rates)}
 
     def set_state(self, state: dict) -> None:
         self.rng.setstate(state["rng"])
         self.order = list(state["order"])
+        self.rates = dict(state.get("rates", {}))
+
+    def record(self, examples: list[Example], rates: list[float]) -> None:
+        """The pass rate each of `examples` (taken from this stream) just had."""
+        if self.skip_rate > 0:
+            for e, rate in zip(examples, rates):
+                self.rates[self._index[id(e)]] = rate
+
+    def _passes_over(self, i: int) -> bool:
+        rate = self.rates.get(i)
+        if rate is None or not (rate >= self.skip_rate or (self.skip_never and rate == 0.0)):
+            return False  # no RNG drawn: without a curriculum the order is what it always was
+        return self.rng.random() >= self.keep_prob
+
+    def curriculum_metrics(self) -> dict[str, float]:
+        """The pass-rate histogram of the problems seen so far, and how many were passed over."""
+        rates, skipped = list(self.rates.values()), self.skipped
+        self.skipped = 0
+        n = max(len(rates), 1)
+        return {"curriculum/skipped": skipped, "curriculum/seen": len(rates),
+                "curriculum/rate_0": sum(r == 0.0 for r in rates) / n, "curriculum/rate_below_half": sum(0.0 < r < 0.5 for r in rates) / n,
+                "curriculum/rate_half_up": sum(0.5 <= r < 1.0 for r in rates) / n, "curriculum/rate_1": sum(r == 1.0 for r in rates) / n}
 
     def peek(self, n: int, rounds: int) -> list[list[Example]]:
         """What the next `rounds` calls of take(n) will return, without taking them (a learner
@@ -64,12 +97,17 @@ class PromptStream:
         return ahead
 
     def take(self, n: int) -> list[Example]:
-        batch = []
+        batch, passed = [], 0
         while len(batch) < n:
             if not self.order:
                 self.order = list(range(len(self.examples)))
                 self.rng.shuffle(self.order)
-            batch.append(self.examples[self.order.pop()])
+            i = self.order.pop()
+            if self.skip_rate > 0 and passed < len(self.examples) and self._passes_over(i):
+                passed += 1
+                continue
+            batch.append(self.examples[i])
+        self.skipped += passed
         return batch
 
 
@@ -163,7 +201,9 @@ def rl_train(
     training RNG) runs every cfg.eval.every steps after the update; its figures join that step's line.
     `trackers` (run.trackers) get every line and the sampled completions as they are written."""
     G, rc, tc, ac = cfg.rollout.group_size, cfg.rollout, cfg.train, cfg.algo
-    stream, checkpoints = PromptStream(examples, cfg.run.seed), run_dir / "checkpoints"
+    dc = cfg.data
+    stream = PromptStream(examples, cfg.run.seed, dc.skip_solved_rate, dc.solved_keep_prob, dc.skip_never_solved)
+    checkpoints = run_dir / "checkpoints"
     start, bad_streak = 0, 0
     if resume_from is not None:
         trainer, state = load_step(resume_from, learner.policy)
@@ -183,9 +223,13 @@ def rl_train(
     with JsonlWriter(run_dir / "metrics.jsonl") as metrics_out, JsonlWriter(run_dir / "samples.jsonl") as samples_out:
         for step in range(start + 1, tc.steps + 1):
             t_start = time.perf_counter()
-            samples = collect_batch(lambda: sample_round(learner, stream.take(rc.prompts_per_step), reward_terms, cfg,
-                                                         stream.peek(rc.prompts_per_step, learner.lookahead)),
-                                    rc.prompts_per_step, G, ac, learner.pad_token_id)
+            def one_round():
+                batch = stream.take(rc.prompts_per_step)
+                out = sample_round(learner, batch, reward_terms, cfg, stream.peek(rc.prompts_per_step, learner.lookahead))
+                stream.record(batch, group_pass_rates(out[0].correct_B, G))
+                return out
+
+            samples = collect_batch(one_round, rc.prompts_per_step, G, ac, learner.pad_token_id)
             batch, scores = samples.batch, samples.scores
             _check_missing(step, scores, cfg)
             t_verified = time.perf_counter()
@@ -205,6 +249,8 @@ def rl_train(
                 record.update(learner.update(batch.rollouts, advantages_B, include_B))
             record.update(_rollout_metrics(samples, t_start, t_verified, time.perf_counter()))
             record.update(learner.step_metrics())
+            if dc.skip_solved_rate > 0:
+                record.update(stream.curriculum_metrics())
             if evaluate_policy is not None and cfg.eval.every and step % cfg.eval.every == 0:
                 t_eval = time.perf_counter()
                 record.update(evaluate_policy())
@@ -249,6 +295,11 @@ def sample_round(learner: Learner, batch: list[Example], terms: list[RewardTerm]
     )
     sampled = Sampled(per_row, rollouts, generation.texts, scores.total_B.to(device), scores.correct_B.to(device))
     return sampled, scores, t1 - t0, time.perf_counter() - t1
+
+
+def group_pass_rates(correct_B: torch.Tensor, G: int) -> list[float]:
+    """Each group's share of completions with full marks (a missing verdict counts as not solved)."""
+    return ((correct_B.view(-1, G) == 1.0).float().mean(dim=1)).tolist()
 
 
 def _records_before(run_dir: Path, start: int, resume_from: Path | None) -> list[dict]:

@@ -216,3 +216,39 @@ def test_learning_rate_schedules_and_weight_decay_groups():
     assert decayed == {id(model[0].weight)}  # biases and the norm's weight never decay
     assert opt.param_groups[0]["betas"] == (0.9, 0.95) and opt.param_groups[0]["eps"] == 1e-6
     assert len(adamw(model, 1e-3, (0.9, 0.99), 1e-8, 0.0).param_groups) == 1
+
+
+def test_the_curriculum_passes_over_solved_problems_and_resumes_where_it_was():
+    from rlvr.data import Example
+    from rlvr.loop import PromptStream, group_pass_rates
+
+    examples = [Example(f"q{i}", str(i)) for i in range(10)]
+    plain = PromptStream(examples, seed=3)
+    off = PromptStream(examples, seed=3, skip_rate=0.0)
+    assert [plain.take(4) for _ in range(5)] == [off.take(4) for _ in range(5)]  # off: the order it always was
+
+    stream = PromptStream(examples, seed=3, skip_rate=1.0)
+    stream.record(examples[:5], [1.0, 1.0, 0.5, 0.0, 1.0])  # q0, q1, q4 solved by every sample
+    taken = [e.prompt for _ in range(6) for e in stream.take(5)]
+    assert not {"q0", "q1", "q4"} & set(taken) and len(taken) == 30
+    metrics = stream.curriculum_metrics()
+    assert metrics["curriculum/skipped"] > 0 and metrics["curriculum/rate_1"] == pytest.approx(3 / 5)
+    assert metrics["curriculum/rate_0"] == pytest.approx(1 / 5) and metrics["curriculum/seen"] == 5
+
+    resumed = PromptStream(examples, seed=3, skip_rate=1.0)
+    resumed.set_state(stream.state())
+    assert [e.prompt for e in resumed.take(7)] == [e.prompt for e in stream.take(7)]
+
+    everything = PromptStream(examples, seed=0, skip_rate=0.5)
+    everything.record(examples, [1.0] * 10)
+    assert len(everything.take(3)) == 3  # all solved: after a whole epoch passed over, it takes what comes
+    assert group_pass_rates(torch.tensor([1.0, 0.0, float("nan"), 1.0, 1.0, 1.0]), 3) == pytest.approx([1 / 3, 1.0])
+
+
+def test_a_curriculum_run_logs_its_histogram(tiny_grpo):
+    cfg = load_config(overrides=["model.tiny.hidden_size=32", "model.tiny.intermediate_size=64", "task.num_train=12", "task.num_eval=4",
+                                 "rollout.group_size=4", "rollout.prompts_per_step=4", "rollout.max_new_tokens=6", "train.steps=6",
+                                 "run.threads=1", "data.skip_solved_rate=1.0", "data.skip_never_solved=true"])
+    records, _, _ = tiny_grpo(cfg, "starts_with_1", lambda completion, answer: float(completion.startswith("1")))
+    assert all("curriculum/rate_1" in r for r in records)
+    assert records[-1]["curriculum/seen"] == 12 and sum(r["curriculum/skipped"] for r in records) > 0
