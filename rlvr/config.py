@@ -658,6 +658,11 @@ class Config:
             f"{[name for name in surrogates if surrogates.trait(name, 'dual_clip', False)]}); set it to 0",
         )
         # Settings that are valid alone but contradict each other: say which and why.
+        gym_sources = [self.data.source] + [str(t.get("source", self.data.source)) for t in self.data.mix]
+        _require(
+            "reasoning_gym" not in gym_sources or "reasoning_gym" in self.reward.functions, "reward.functions",
+            f"= {self.reward.functions} has no reasoning_gym term, but data from reasoning-gym is judged by it; add \"reasoning_gym\"",
+        )
         _require(
             not (self.data.skip_solved_rate > 0 and self.distributed.mode == "async" and self.distributed.max_staleness > 0),
             "data.skip_solved_rate", "cannot be used with asynchronous rollouts (distributed.mode = 'async', max_staleness > 0): the "
@@ -1066,14 +1071,17 @@ def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
 
 
 # What a resumed run may change without breaking "same result as an uninterrupted run".
-RESUMABLE_CHANGES = ("run.output_dir", "run.threads", "run.device", "train.steps", "train.save_model", "train.log_samples_every",
+RESUMABLE_CHANGES = ("run.output_dir", "run.threads", "run.device", "run.trackers", "run.project", "train.steps", "train.save_model", "train.log_samples_every",
                      "train.max_nonfinite_steps", "checkpoint.", "eval.", "rft.", "thinking.budget", "reward.workers", "reward.timeout_s", "reward.max_missing_frac")
 
 
 def changes_breaking_resume(saved: Config, new: Config) -> list[str]:
     """'field: old -> new' for every changed setting a resume cannot honour exactly."""
     a, b = flatten(saved), flatten(new)
-    return [f"{k}: {a[k]!r} -> {b[k]!r}" for k in a if a[k] != b[k] and not k.startswith(RESUMABLE_CHANGES)]
+    changed = [f"{k}: {a[k]!r} -> {b[k]!r}" for k in a if a[k] != b[k] and not k.startswith(RESUMABLE_CHANGES)]
+    if a["train.steps"] != b["train.steps"] and new.train.lr_schedule != "constant":  # the decay is laid out over train.steps
+        changed.append(f"train.steps: {a['train.steps']} -> {b['train.steps']} (train.lr_schedule = {new.train.lr_schedule!r} decays over it)")
+    return changed
 
 
 def field_help(cls: type = Config, prefix: str = "") -> list[tuple[str, str, str]]:

@@ -179,8 +179,11 @@ def parse_record(record: Any, cfg: DataConfig, need_solution: bool, answer_ok: A
     if not isinstance(record, dict):
         raise _BadRow("not a JSON object", f"expected a JSON object, got {type(record).__name__}")
     level = _field(record, cfg.level_field, required=False)
-    if level is not None and not re.fullmatch(r"-?[0-9]+", level.strip()):
-        raise _BadRow(f"bad field {cfg.level_field!r}", f"field {cfg.level_field!r} must be an integer, got {level!r}")
+    if level is not None:  # an integer, or MATH's "Level 5"
+        found = re.fullmatch(r"(?:level\s*)?(-?[0-9]+)", level.strip(), re.IGNORECASE)
+        if found is None:
+            raise _BadRow(f"bad field {cfg.level_field!r}", f"field {cfg.level_field!r} must be an integer (or 'Level N'), got {level!r}")
+        level = found.group(1)
     prompt, messages = _prompt(record, cfg.prompt_field)
     answer, worked = read_answer(_field(record, cfg.answer_field, required=True, structured=True), cfg.answer_format, cfg.answer_field)
     # A row that names its own reward term (reward.route_field, which the check carries) is checked by that term alone.

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import typing
 from typing import Any, Callable
 
 from rlvr.config import Config, ConfigError, DataConfig
@@ -33,6 +34,9 @@ def part_config(cfg: Config, index: int, table: dict[str, Any]) -> tuple[Config,
     if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight <= 0:
         raise ConfigError(f"{where}.weight: must be a number > 0, got {weight!r}")
     settings = {k: v for k, v in table.items() if k not in MIX_KEYS}
+    sources = typing.get_args(typing.get_type_hints(DataConfig)["source"])  # replace() does not check a Literal
+    if settings.get("source", cfg.data.source) not in sources:
+        raise ConfigError(f"{where}.source: {settings.get('source')!r} is not one of {list(sources)}")
     try:
         data = dataclasses.replace(cfg.data, **settings, mix=[])
         data.validate()
@@ -40,8 +44,10 @@ def part_config(cfg: Config, index: int, table: dict[str, Any]) -> tuple[Config,
         raise ConfigError(f"{where}: {err}") from None
     name = str(table.get("name") or (f"{data.source}:{data.train_path}" if data.train_path else data.source))
     verifier = table.get("verifier")
-    if verifier is not None and verifier not in cfg.reward.functions:
-        raise ConfigError(f"{where}.verifier: {verifier!r} is not in reward.functions {cfg.reward.functions}")
+    from rlvr.reward import term_names
+
+    if verifier is not None and verifier not in term_names(cfg.reward):
+        raise ConfigError(f"{where}.verifier: {verifier!r} names no reward term (the terms: {term_names(cfg.reward)})")
     return dataclasses.replace(cfg, data=data), float(weight), name, verifier
 
 
@@ -69,7 +75,19 @@ def load_mixture(cfg: Config, load_one: Callable[[Config, list[Problem] | None],
         train_rows += [_tagged(train[i], name, verifier, route) for i in order[:want]]
         held_rows += [_tagged(e, name, verifier, route) for e in held]
     rng.shuffle(train_rows)
-    return train_rows, held_rows
+    return train_rows, interleave(held_rows, [e.info["source"] for e in held_rows])
+
+
+def interleave(rows: list[Example], keys: list[str]) -> list[Example]:
+    """Rows of several groups taken in turn (first of each, second of each, ...), so that the first
+    N held-out problems (eval.max_problems) cover every source, not only the first."""
+    groups: dict[str, list[Example]] = {}
+    for row, key in zip(rows, keys):
+        groups.setdefault(key, []).append(row)
+    out, lists = [], list(groups.values())
+    for i in range(max((len(g) for g in lists), default=0)):
+        out += [g[i] for g in lists if i < len(g)]
+    return out
 
 
 def _tagged(e: Example, name: str, verifier: str | None, route_field: str) -> Example:

@@ -136,7 +136,9 @@ class LocalLearner:
         trainable = [p for p in policy.parameters() if p.requires_grad]  # with LoRA: the adapters only
         tc = cfg.train
         self.optimizer = adamw(policy, tc.lr, (tc.adam_beta1, tc.adam_beta2), tc.adam_epsilon, tc.weight_decay)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_factor(tc.lr_schedule, tc.warmup_steps, tc.steps))
+        # The scheduler steps once per optimizer step: num_iterations per RL step.
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lr_factor(tc.lr_schedule, tc.warmup_steps, tc.steps * cfg.algo.num_iterations))
         self.generator = torch.Generator(device=self.device).manual_seed(cfg.run.seed)
         self.seed, self.rounds = cfg.run.seed, 0  # rounds: generate calls so far (rollout.seeding = "group" seeds by it)
         self.lookahead = 0

@@ -29,7 +29,7 @@ from rlvr.config import AlgoConfig, Config, to_toml
 from rlvr.data import Example
 from rlvr.errors import RunStopped
 from rlvr.learner import Learner
-from rlvr.metrics import JsonlWriter, PhaseBar, rewind_jsonl
+from rlvr.metrics import JsonlWriter, PhaseBar, read_jsonl_records, rewind_jsonl
 from rlvr.reward import RewardError, RewardTerm, Scores, score_completions
 from rlvr.rollout import Rollouts, completion_id_lists, concat_rollouts
 from rlvr.trackers import Trackers
@@ -212,7 +212,7 @@ def rl_train(
         start, bad_streak = state["step"], state["bad_streak"]
     records = _records_before(run_dir, start, resume_from)
     if trackers is not None and records:
-        trackers.replay(records)
+        trackers.replay(records, read_jsonl_records(run_dir / "samples.jsonl"))
     for _ in range(start):
         bar.advance()
 

@@ -76,7 +76,7 @@ from rlvr.sources import ModelSource, resolve_model, run_start
 from rlvr.stages.evaluate import EvalResult, evaluate, headline, key_figures, num_batches, percent, write_eval
 from rlvr.stages.sft import SFTProgress, sft_train
 from rlvr.tasks.arithmetic import make_splits, sft_targets as arithmetic_sft_targets
-from rlvr.reward import answer_check, build_reward_terms, close_reward_terms, correctness_term, other_terms
+from rlvr.reward import answer_check, build_reward_terms, close_reward_terms, correctness_term, other_terms, route_of
 
 
 def prepare_run_dir(cfg: Config, command: str, resume: bool) -> tuple[Path, bool]:
@@ -101,6 +101,20 @@ def prepare_run_dir(cfg: Config, command: str, resume: bool) -> tuple[Path, bool
     except OSError as err:  # a parent that is a file, no permission, a read-only disk
         raise ConfigError(f"run.output_dir: cannot create {run_dir}: {err.strerror or err}") from None
     return run_dir, started
+
+
+def check_routes(examples: list[Example], terms: list, route_field: str) -> None:
+    """Every row that names its own reward term (reward.route_field) names one that exists: a row
+    no term may score would have a missing reward every time."""
+    names = {t.name for t in terms}
+    unknown = {}
+    for e in examples:
+        route = route_of(e, route_field)
+        if route is not None and route not in names:
+            unknown.setdefault(route, e.info.get("source") or e.prompt[:40])
+    if unknown:
+        raise ConfigError(f"reward.functions: rows name reward terms in their {route_field!r} field that no term is: "
+                          f"{sorted(unknown)} (e.g. from {list(unknown.values())[0]!r}); the terms are {sorted(names)}")
 
 
 def load_splits(cfg: Config, skipped: list[Problem] | None = None) -> tuple[list[Example], list[Example]]:
@@ -238,6 +252,7 @@ def _run(cfg: Config, reporter: Reporter, command: str, resume: bool, reward_ter
     started = time.perf_counter()
     skipped: list[Problem] = []
     train, held_out = load_splits(cfg, skipped)  # bad data or model paths stop the run before anything is written
+    check_routes(train + held_out, reward_terms, cfg.reward.route_field)
     if cfg.model.path:
         check_model_path(cfg.model.path)
     run_dir, resuming = prepare_run_dir(cfg, command, resume)

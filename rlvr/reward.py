@@ -157,6 +157,11 @@ def build_reward_terms(cfg: RewardConfig) -> list[RewardTerm]:
     return terms
 
 
+def term_names(cfg: RewardConfig) -> list[str]:
+    """The metric names of reward.functions' terms: what a row's route (reward.route_field) must name."""
+    return [r.name for r in resolve_rewards(cfg)]
+
+
 def resolve_rewards(cfg: RewardConfig) -> list[Reward]:
     """`reward.functions` resolved by the contract, after `reward.imports`; ConfigError naming the entry."""
     return [resolve_reward(spec, cfg.imports, where=f"reward.functions[{i}]") for i, spec in enumerate(cfg.functions)]

@@ -7,16 +7,16 @@ table where the tracker has tables). Each tracker is an optional dependency impo
 named; one named but not installed is refused by the config check, naming its pip extra.
 
 Where each writes, and how a resumed run continues it:
-- tensorboard: run_dir/tensorboard; on resume every step is purged (SummaryWriter's purge_step)
-  and logged again from metrics.jsonl, so each appears once.
+- tensorboard: run_dir/tensorboard (every log flushed); on resume the steps it already holds are
+  not logged again.
 - wandb: run_dir/wandb, under the run's own W&B id (kept in run_dir/trackers.json), resumed into
   the same run; WANDB_MODE=offline works as usual. On resume the steps before the checkpoint are
-  logged again from metrics.jsonl (a killed process loses what W&B had buffered).
+  logged again (a killed process loses what W&B had buffered).
 - mlflow: MLFLOW_TRACKING_URI, or the run's own store (run_dir/mlflow.db, artifacts in
   run_dir/mlartifacts; `mlflow ui --backend-store-uri sqlite:///run_dir/mlflow.db`); the same MLflow run on resume.
 - trackio: its own local store (TRACKIO_DIR, by default ~/.cache/huggingface/trackio), project
-  run.project, a run named after the run directory, resumed by name; on resume the steps it
-  lacks are logged again from metrics.jsonl.
+  run.project, a run named after the run directory, resumed by name; on resume only the steps it
+  lacks are logged.
 """
 
 from __future__ import annotations
@@ -60,34 +60,45 @@ def eval_figures(name: str, summary: dict[str, Any]) -> dict[str, float]:
 
 
 class Trackers:
-    """Every tracker of the run behind one set of calls; with none named, every call is a no-op."""
+    """Every tracker of the run behind one set of calls; with none named, every call is a no-op.
+
+    A resumed run redoes the steps after its checkpoint with the same numbers (resume is exact), so
+    a tracker that already holds a step keeps its copy: each sink says the last step it holds
+    (`held_step`: TensorBoard, MLflow and trackio read what they wrote; W&B offline starts a new
+    file, so it holds none), steps up to it are not logged again, and the
+    steps before the checkpoint that it lacks (lost in a killed process's buffers: measured, a
+    SIGKILL after step 2 left W&B a 7-byte run file and trackio without steps 1-2) are replayed
+    from metrics.jsonl and samples.jsonl (`replay`)."""
 
     def __init__(self, names: list[str], run_dir: Path, config: dict[str, Any], project: str, resuming: bool) -> None:
         self.run_dir, self.resuming = run_dir, resuming
         ids_path = run_dir / "trackers.json"
         ids = json.loads(ids_path.read_text()) if resuming and ids_path.is_file() else {}
         self.sinks = [_OPEN[name](run_dir, config, project, ids, resuming) for name in names]
+        self.held = [(sink.held_step() if resuming else None) or 0 for sink in self.sinks]
         if names:
             from rlvr.config import atomic_write_text
 
             atomic_write_text(ids_path, json.dumps(ids, indent=2) + "\n")
 
+    def replay(self, records: list[dict[str, Any]], samples: list[dict[str, Any]]) -> None:
+        """The steps before the checkpoint, and their sample tables, to the trackers that lack them."""
+        tables: dict[int, list[dict]] = {}
+        for row in samples:
+            tables.setdefault(row["step"], []).append(row)
+        for sink, held in zip(self.sinks, self.held):
+            for record in records:
+                if record["step"] > held:
+                    sink.log(record["step"], numeric(record))
+            for step, rows in sorted(tables.items()):
+                if step > held:
+                    sink.table(step, rows)
+
     def log(self, step: int, record: dict[str, Any]) -> None:
         metrics = numeric(record)
-        for sink in self.sinks:
-            sink.log(step, metrics)
-
-    def replay(self, records: list[dict[str, Any]]) -> None:
-        """On resume, the steps before the checkpoint again, to the trackers that may have lost them.
-        W&B and trackio buffer their writes and lose what they had not written when the process is
-        killed (measured: a SIGKILL after step 2 left W&B a 7-byte run file, and trackio without
-        steps 1-2); TensorBoard purges from the first step logged, so a replay from step 1 leaves
-        one copy of each; trackio gets only the steps after the last it holds. MLflow commits each
-        call to its store and keeps what it had."""
-        for sink in self.sinks:
-            missing = sink.missing(records) if hasattr(sink, "missing") else []
-            for record in missing:
-                sink.log(record["step"], numeric(record))
+        for sink, held in zip(self.sinks, self.held):
+            if step > held:
+                sink.log(step, metrics)
 
     def log_eval(self, step: int, name: str, summary: dict[str, Any]) -> None:
         figures = eval_figures(name, summary)
@@ -96,8 +107,9 @@ class Trackers:
 
     def log_samples(self, step: int, rows: list[dict[str, Any]]) -> None:
         if rows:
-            for sink in self.sinks:
-                sink.table(step, rows)
+            for sink, held in zip(self.sinks, self.held):
+                if step > held:
+                    sink.table(step, rows)
 
     def close(self) -> None:
         for sink in self.sinks:
@@ -105,8 +117,15 @@ class Trackers:
 
 
 class _TensorBoard:
-    def missing(self, records: list[dict]) -> list[dict]:
-        return records  # purged on reopening, so all of them
+    def held_step(self) -> int | None:
+        """The last step in the event files already written (each log is flushed, so a killed run's are there)."""
+        if not self.dir.is_dir():
+            return None
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+        events = EventAccumulator(str(self.dir), size_guidance={"scalars": 0})
+        events.Reload()
+        return max((e.step for tag in events.Tags()["scalars"] if not tag.startswith("eval_") for e in events.Scalars(tag)), default=None)
 
     def __init__(self, run_dir: Path, config: dict, project: str, ids: dict, resuming: bool) -> None:
         self.dir, self.resuming, self.writer, self.config = run_dir / "tensorboard", resuming, None, config
@@ -115,8 +134,7 @@ class _TensorBoard:
         if self.writer is None:
             from torch.utils.tensorboard import SummaryWriter
 
-            # A resumed run logs the steps after its checkpoint again: purge the first run's copies.
-            self.writer = SummaryWriter(str(self.dir), purge_step=step if self.resuming else None)
+            self.writer = SummaryWriter(str(self.dir))
             if not self.resuming:
                 self.writer.add_text("config", "\n".join(f"    {k} = {v!r}" for k, v in self.config.items()), 0)
         return self.writer
@@ -139,8 +157,8 @@ class _TensorBoard:
 
 
 class _WandB:
-    def missing(self, records: list[dict]) -> list[dict]:
-        return records  # a resumed W&B run ignores steps it already has
+    def held_step(self) -> None:
+        return None  # offline, a resumed session is a new file (an online W&B run also ignores steps it has)
 
     def __init__(self, run_dir: Path, config: dict, project: str, ids: dict, resuming: bool) -> None:
         import wandb
@@ -181,6 +199,12 @@ class _MLflow:
             # MLflow keeps parameters as short strings; a long one (a list of paths) is cut, not refused.
             mlflow.log_params({k: str(v)[:500] for k, v in config.items()})
 
+    def held_step(self) -> int | None:
+        client = self.mlflow.tracking.MlflowClient()
+        run_id = self.run.info.run_id
+        steps = [m.step for key in client.get_run(run_id).data.metrics for m in client.get_metric_history(run_id, key)]
+        return max(steps, default=None)
+
     def log(self, step: int, metrics: dict[str, float]) -> None:
         self.mlflow.log_metrics({k.replace("@", "_at_"): v for k, v in metrics.items()}, step=step)  # MLflow names allow no '@'
 
@@ -200,11 +224,10 @@ class _Trackio:
         self.trackio, self.project, self.name = trackio, project, ids["trackio"]
         self.run = trackio.init(project=project, name=ids["trackio"], config=config, resume="allow")
 
-    def missing(self, records: list[dict]) -> list[dict]:
+    def held_step(self) -> int | None:
         from trackio.sqlite_storage import SQLiteStorage
 
-        last = SQLiteStorage.get_max_step_for_run(self.project, self.name)
-        return [r for r in records if last is None or r["step"] > last]
+        return SQLiteStorage.get_max_step_for_run(self.project, self.name)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         self.trackio.log(metrics, step=step)

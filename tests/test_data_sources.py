@@ -40,6 +40,17 @@ def test_math_answers_are_the_last_box_of_the_solution_which_is_kept():
     assert read_answer(text, "boxed", "solution") == (r"\frac{1}{2}", text)
 
 
+def test_a_math_shaped_dataset_loads_with_its_levels(tmp_path):
+    from rlvr.data_hf import read_hf
+
+    rows = [{"problem": "Find x.", "solution": "So $x = \\boxed{3}$.", "level": "Level 5"}, {"problem": "y?", "solution": "\\boxed{2}", "level": "Level 1"}]
+    path = tmp_path / "math.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = DataConfig(source="hf", train_path=str(path), prompt_field="problem", answer_field="solution", answer_format="boxed")
+    examples = read_hf(str(path), "train", cfg)
+    assert [(e.answer, e.level, e.solution) for e in examples] == [("3", 5, rows[0]["solution"]), ("2", 1, rows[1]["solution"])]
+
+
 def test_a_gsm8k_shaped_parquet_loads_with_answers_and_solutions(tmp_path):
     from rlvr.data_hf import load_hf_splits
 

@@ -69,3 +69,17 @@ def test_a_reasoning_gym_mixture_trains_on_the_lab_model(tmp_path):
     records = read_jsonl_records(out / "metrics.jsonl")
     assert len(records) == 2 and all(r["reward/missing"] == 0 for r in records)
     assert set(summary["eval"]["after_rl"]["by_level"]) == {"1", "2", "3"}  # each task reported on its own
+
+
+def test_routes_must_name_a_term_and_held_out_rows_interleave_tasks(splits):
+    from rlvr.config import ConfigError
+    from rlvr.pipeline import check_routes
+
+    _, held = splits
+    assert [e.info["task"] for e in held[:3]] == TASKS  # eval.max_problems = 3 sees every task
+    with pytest.raises(ConfigError, match="no reasoning_gym term"):
+        load_config(overrides=["data.source=reasoning_gym", 'data.gym_tasks=["chain_sum"]'])  # judged by boxed_math? refused
+    terms = build_reward_terms(RewardConfig(functions=["boxed_math"]))
+    with pytest.raises(ConfigError, match=r"\['reasoning_gym'\]"):
+        check_routes(held, terms, "verifier")
+    check_routes(held, build_reward_terms(RewardConfig(functions=["reasoning_gym"])), "verifier")

@@ -252,3 +252,12 @@ def test_a_curriculum_run_logs_its_histogram(tiny_grpo):
     records, _, _ = tiny_grpo(cfg, "starts_with_1", lambda completion, answer: float(completion.startswith("1")))
     assert all("curriculum/rate_1" in r for r in records)
     assert records[-1]["curriculum/seen"] == 12 and sum(r["curriculum/skipped"] for r in records) > 0
+
+
+def test_a_decaying_schedule_spans_every_optimizer_step_of_the_run():
+    cfg = load_config(overrides=["train.steps=10", "algo.num_iterations=2", "train.lr_schedule=linear", "train.warmup_steps=0",
+                                 "model.tiny.hidden_size=16", "model.tiny.intermediate_size=32"])
+    tok = build_char_tokenizer()
+    learner = LocalLearner(build_tiny_model(tok, cfg.model.tiny, 0), tok, cfg)
+    factor = learner.scheduler.lr_lambdas[0]
+    assert factor(10) == pytest.approx(0.5) and factor(20) == 0.0  # 10 RL steps x 2 passes: halfway at optimizer step 10

@@ -117,15 +117,25 @@ def test_all_four_trackers_hold_the_runs_metrics_and_continue_it_on_resume(tmp_p
     assert read.returncode == 0, read.stderr[-2000:]
     assert [(s, pytest.approx(v)) for s, v in want] == [tuple(x) for x in json.loads(read.stdout.strip().splitlines()[-1])]
 
-    # a run killed after its step-2 checkpoint and resumed: the same W&B run, TensorBoard without duplicates
+    # a run killed after step 3 (its checkpoint is step 2) and resumed: step 3 is redone; every tracker
+    # ends with steps 1-4 once each, in the same W&B run
     broken = tmp_path / "broken"
-    assert lab(tmp_path, broken, kill_at="step_saved@1").returncode == -9
+    assert lab(tmp_path, broken, kill_at="step_end@3").returncode == -9
     resumed = lab(tmp_path, broken, resume=True)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     ids, rows = wandb_history(broken)
     assert len(ids) == 1 and len(glob.glob(str(broken / "wandb" / "offline-run-*"))) == 2  # two sessions, one run
     assert sorted({r["_step"] for r in rows if "reward/mean" in r}) == [1, 2, 3, 4]
     assert [s for s, _ in tensorboard_scalars(broken, "reward/mean")] == [1, 2, 3, 4]
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(broken / "tensorboard"))
+    acc.Reload()
+    assert [e.step for e in acc.Tensors("samples/text_summary")] == [2, 4]  # the step-2 table replayed after the purge
+    client = MlflowClient(tracking_uri=f"sqlite:///{(broken / 'mlflow.db').resolve()}")
+    broken_id = json.loads((broken / "trackers.json").read_text())["mlflow"]
+    assert sorted(m.step for m in client.get_metric_history(broken_id, "reward/mean")) == [1, 2, 3, 4]  # step 3 not twice
+    assert len(client.list_artifacts(broken_id, "samples")) == 2
     read = subprocess.run([sys.executable, "-c", script, "broken"], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "TRACKIO_DIR": str(tmp_path / "trackio")})
     assert [s for s, _ in json.loads(read.stdout.strip().splitlines()[-1])] == [1, 2, 3, 4]

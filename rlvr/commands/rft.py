@@ -35,7 +35,7 @@ from rlvr.config import Config, ConfigError, atomic_write_text, to_toml, with_ov
 from rlvr.errors import RunStopped
 from rlvr.metrics import Reporter
 from rlvr.models import resolve_device, save_pretrained
-from rlvr.reward import build_reward_terms, close_reward_terms, correctness_term
+from rlvr.reward import build_reward_terms, close_reward_terms, correctness_term, other_terms
 from rlvr.sources import ModelSource, resolve_model
 from rlvr.stages.evaluate import EvalResult, key_figures, percent, write_eval
 from rlvr.stages.rejection import as_data_row, choose_prompts, rejection_sample
@@ -162,7 +162,8 @@ def _traces(source: ModelSource, cfg: Config, train, held_out, out_dir: Path, te
     total = -(-len(prompts) // max(1, cfg.rft.batch_size // cfg.rft.samples))
     with forward_precision(cfg, device), reporter.phase("sample", total) as bar:
         traces = rejection_sample(model, tokenizer, prompts, cfg.data, cfg.rft, cfg.rollout.max_new_tokens, correctness_term(terms), bar,
-                                  source=source.spec, seed=cfg.run.seed, engine=cfg.rollout.engine, stops=cfg.rollout.stop)
+                                  source=source.spec, seed=cfg.run.seed, engine=cfg.rollout.engine, stops=cfg.rollout.stop,
+                                  others=other_terms(terms))
     report = {**traces.report, "settings": settings}
     if not traces.rows:
         raise NoSurvivors(
@@ -186,7 +187,7 @@ def _sft_config(cfg: Config, out_dir: Path, model_settings: list[str]) -> Config
     paths = [f"data.train_path={json.dumps(str(out_dir / TRACES))}", f"data.eval_path={json.dumps(str(out_dir / HELD_OUT))}",
              f"run.output_dir={json.dumps(str(out_dir))}"]
     # several traces of one problem share its id; the traces train SFT only; the next stage needs model/
-    return with_overrides(cfg, ["data.source=jsonl", "data.answer_format=plain", "data.max_rows=0", "eval.before_rl=true", *paths, 'data.id_field=""', "train.steps=0", "train.save_model=true", *model_settings])
+    return with_overrides(cfg, ["data.source=jsonl", "data.mix=[]", "data.answer_format=plain", "data.max_rows=0", "eval.before_rl=true", *paths, 'data.id_field=""', "train.steps=0", "train.save_model=true", *model_settings])
 
 
 def _rl_start(source: ModelSource) -> ModelSource | None:

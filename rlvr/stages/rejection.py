@@ -26,7 +26,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from rlvr.config import DataConfig, RFTConfig
 from rlvr.data import Example, chat_prompts, format_prompt
 from rlvr.metrics import PhaseBar
-from rlvr.reward import RewardTerm
+from rlvr.reward import RewardTerm, route_of, routed_verdicts
 from rlvr.rollout import completion_id_lists, decode_completions, encode_prompts, generate
 from rlvr.rollout.controls import encode_stops
 
@@ -81,9 +81,11 @@ def rejection_sample(
     seed: int,
     engine: str = "auto",
     stops: list[str] = (),
+    others: list[RewardTerm] = (),
 ) -> Traces:
-    """Sample cfg.samples completions of every example, judge them with the correctness term, and
-    keep the survivors (see the module docstring). `source` names the model in every row."""
+    """Sample cfg.samples completions of every example, judge them with the correctness term (on
+    routed data each row's own term, among `others`: reward.route_field), and keep the survivors
+    (see the module docstring). `source` names the model in every row."""
     device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(seed)
     pick = random.Random(f"rft-select:{seed}")
@@ -102,8 +104,12 @@ def rejection_sample(
                        generator=generator, group_size=k, engine=engine)
         texts, lengths, truncated = decode_completions(tokenizer, out), out.lengths_B.tolist(), out.truncated_B.tolist()
         per_row = [e for e in batch for _ in range(k)]
-        verdicts = correctness.score([prompts[i] for i in rows for _ in range(k)], texts, per_row, lengths,
-                                     prompt_messages=chat_prompts(tokenizer, per_row, data_cfg), completion_ids=completion_id_lists(out)).values
+        context = {"prompt_messages": chat_prompts(tokenizer, per_row, data_cfg), "completion_ids": completion_id_lists(out)}
+        row_prompts = [prompts[i] for i in rows for _ in range(k)]
+        routes = {route_of(e, correctness.route_field) for e in per_row} - {None}
+        judges = [correctness, *[t for t in others if t.name in routes]]
+        values = {t.name: t.score(row_prompts, texts, per_row, lengths, **context).values for t in judges}
+        verdicts = routed_verdicts(values, per_row, correctness)
         for j, (row, e) in enumerate(zip(rows, batch)):
             level = "all" if e.level is None else str(e.level)
             mine = range(j * k, (j + 1) * k)  # this prompt's k rows of the batch

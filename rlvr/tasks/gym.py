@@ -33,7 +33,9 @@ def gym_splits(cfg: DataConfig, seed: int, route_field: str = "verifier") -> tup
         train += [_example(r, task, level, cfg, route_field) for r in rows[cfg.gym_eval_size:] if r["question"] not in seen]
         held += [_example(r, task, level, cfg, route_field) for r in held_rows]
     random.Random(f"gym:{seed}").shuffle(train)  # tasks interleaved
-    return train, held
+    from rlvr.data_mix import interleave
+
+    return train, interleave(held, [e.info["task"] for e in held])  # eval.max_problems covers every task
 
 
 def _example(entry: dict, task: str, level: int, cfg: DataConfig, route_field: str) -> Example:
