@@ -168,6 +168,27 @@ def export(
     console.print(f"[green]exported[/] {source} -> {out_dir}")
 
 
+@app.command()
+def doctor(run_dir: str = typer.Argument(..., help="A run directory (holding metrics.jsonl and config.toml).")) -> None:
+    """Map a run's metrics to the known RLVR failure modes and their patches, citing the metric and steps."""
+    from rlvr.doctor import MIN_STEPS, diagnose
+    from rlvr.metrics import read_jsonl_records
+
+    path = Path(run_dir)
+    if not (path / "metrics.jsonl").is_file():
+        console.print(f"[red]error:[/] {path / 'metrics.jsonl'}: not found (is {run_dir} a run directory?)")
+        raise typer.Exit(EXIT_USAGE)
+    records = read_jsonl_records(path / "metrics.jsonl")
+    cfg = load_config(path / "config.toml", for_training=False) if (path / "config.toml").is_file() else None
+    verdicts = diagnose(records, cfg)
+    if len(records) < MIN_STEPS:
+        console.print(f"{len(records)} steps: too few to see a trend (at least {MIN_STEPS})")
+    elif not verdicts:
+        console.print(f"no known symptom in {len(records)} steps")
+    for v in verdicts:
+        console.print(f"[bold yellow]{v.symptom}[/]: {v.evidence}\n  -> {v.patch}")
+
+
 @app.command("eval")
 def eval_command(
     model: str = typer.Argument(..., help="A model directory, hub id, or run directory (runs/a, runs/a@start, runs/a@sft, runs/a@<step>)."),
