@@ -588,6 +588,20 @@ class RewardConfig:
 
 
 @dataclass
+class MonitorConfig:
+    enabled: bool = knob(True, "Log hack/* each step: detectors of known reward hacks on the completions trained on (rlvr/monitor.py).")
+    compare_strict: bool = knob(
+        True, "When the trained correctness term is not boxed_math, re-score math rows with it and log hack/proxy_minus_strict."
+    )
+    stop_on_hack: bool = knob(False, "Stop the run (after a checkpoint) when hack/proxy_minus_strict has grown for monitor.patience steps.")
+    patience: int = knob(5, "Steps in a row the proxy-minus-strict gap must grow before monitor.stop_on_hack stops the run.")
+    min_gap: float = knob(0.1, "The gap (proxy mean minus strict mean) that must also be exceeded to stop.")
+
+    def validate(self) -> None:
+        _require(self.patience >= 1, "monitor.patience", "must be >= 1")
+
+
+@dataclass
 class DistributedConfig:
     backend: Literal["local", "ray"] = knob(
         "local", "'local': one process; 'ray': rollout workers and reward workers as Ray actors, the learner in this "
@@ -642,6 +656,7 @@ class Config:
     distill: DistillConfig = section(DistillConfig, "Distillation: the teacher's token-level term in SFT.")
     thinking: ThinkingConfig = section(ThinkingConfig, "Thinking blocks: their tags, and a thinking budget at evaluation.")
     distributed: DistributedConfig = section(DistributedConfig, "Scale-out: where rollouts and verification run (local, or Ray workers).")
+    monitor: MonitorConfig = section(MonitorConfig, "The live reward-hacking monitor: hack/* metrics, and stopping on a hack.")
 
     def validate(self, for_training: bool = True) -> "Config":
         """Check every field and the settings that contradict each other. `for_training=False`

@@ -30,6 +30,7 @@ from rlvr.data import Example
 from rlvr.errors import RunStopped
 from rlvr.learner import Learner
 from rlvr.metrics import JsonlWriter, PhaseBar, read_jsonl_records, rewind_jsonl
+from rlvr.monitor import HackMonitor
 from rlvr.reward import RewardError, RewardTerm, Scores, score_completions
 from rlvr.rollout import Rollouts, completion_id_lists, concat_rollouts
 from rlvr.trackers import Trackers
@@ -204,11 +205,15 @@ def rl_train(
     dc = cfg.data
     stream = PromptStream(examples, cfg.run.seed, dc.skip_solved_rate, dc.solved_keep_prob, dc.skip_never_solved)
     checkpoints = run_dir / "checkpoints"
+    mc = cfg.monitor
+    judge = next((t for t in reward_terms if t.correctness), reward_terms[0] if reward_terms else None)
+    monitor = HackMonitor(mc.compare_strict and judge is not None and judge.name != "boxed_math", mc.stop_on_hack, mc.patience, mc.min_gap)
     start, bad_streak = 0, 0
     if resume_from is not None:
         trainer, state = load_step(resume_from, learner.policy)
         learner.load_state_dict(trainer)
         stream.set_state(trainer["stream"])
+        monitor.set_state(trainer.get("monitor", {}))
         start, bad_streak = state["step"], state["bad_streak"]
     records = _records_before(run_dir, start, resume_from)
     if trackers is not None and records:
@@ -217,7 +222,7 @@ def rl_train(
         bar.advance()
 
     def save(step: int) -> None:
-        save_step(checkpoints, step, weights=learner.policy, trainer={**learner.state_dict(), "stream": stream.state()},
+        save_step(checkpoints, step, weights=learner.policy, trainer={**learner.state_dict(), "stream": stream.state(), "monitor": monitor.state()},
                   loop={"bad_streak": bad_streak}, config_text=to_toml(cfg).lstrip("\n"), keep_last=cfg.checkpoint.keep_last)
 
     with JsonlWriter(run_dir / "metrics.jsonl") as metrics_out, JsonlWriter(run_dir / "samples.jsonl") as samples_out:
@@ -251,6 +256,12 @@ def rl_train(
             record.update(learner.step_metrics())
             if dc.skip_solved_rate > 0:
                 record.update(stream.curriculum_metrics())
+            hack_reason = None
+            if mc.enabled and batch is not None:
+                hack_metrics, hack_reason = monitor.step(
+                    [e.prompt for e in batch.examples], batch.texts, [e.answer for e in batch.examples],
+                    batch.rollouts.truncated_B.tolist(), [None if v != v else float(v) for v in batch.correct_B.tolist()])
+                record.update(hack_metrics)
             if evaluate_policy is not None and cfg.eval.every and step % cfg.eval.every == 0:
                 t_eval = time.perf_counter()
                 record.update(evaluate_policy())
@@ -273,6 +284,10 @@ def rl_train(
                     f"{tc.max_nonfinite_steps}); stopped. The last good weights are in {checkpoints / step_name(step)}. "
                     "Lower train.lr, check the reward scale, or set train.max_grad_norm."
                 )
+            if hack_reason is not None:
+                save(step)
+                raise TrainingError(f"step {step}: the hack monitor stopped the run (monitor.stop_on_hack): {hack_reason}. "
+                                    f"The weights of this step are in {checkpoints / step_name(step)}.")
             if (cfg.checkpoint.every and step % cfg.checkpoint.every == 0) or step == tc.steps:
                 save(step)
                 fault_point("step_saved")
