@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import textwrap
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from rlvr.config import ConfigError
@@ -321,3 +322,29 @@ def format_report(report: AuditReport) -> str:
     lines.append("")
     lines.append("PASS: no false positive, error or timeout" if report.passed else "FAIL")
     return "\n".join(lines)
+
+
+def replay_samples(spec: str, run_dir: Path, imports: list[str] = ()) -> tuple[int, list[dict]]:
+    """A run's own logged completions (samples.jsonl) through the reward `spec` and the strict
+    verifier (boxed_math): (rows replayed, the rows where they disagree, each with both scores).
+    A reward that raises on a row counts as disagreeing, with the error."""
+    from rlvr.errors import UsageError
+    from rlvr.metrics import read_jsonl_records
+    from rlvr.verifiers import boxed_math
+    from rlvr.verifiers.contract import Item, resolve_reward
+
+    path = Path(run_dir) / "samples.jsonl"
+    if not path.is_file():
+        raise UsageError(f"{path}: not found (--samples takes a run directory)")
+    reward = resolve_reward(spec, imports, where="audit-reward SPEC", imports_where="--import")
+    rows, disagreements = read_jsonl_records(path), []
+    for row in rows:
+        strict = boxed_math(row["completion"], row["answer"])
+        try:
+            score, error = reward(row["completion"], Item(row["answer"], prompt=row["prompt"])), None
+        except Exception as err:  # noqa: BLE001 - reported per row
+            score, error = None, f"{type(err).__name__}: {err}"
+        if error or score is None or strict is None or abs(float(score) - float(strict)) > 1e-9:
+            disagreements.append({"step": row["step"], "prompt": row["prompt"], "completion": row["completion"], "answer": row["answer"],
+                                  "reward": score, "strict": strict, **({"error": error} if error else {})})
+    return len(rows), disagreements

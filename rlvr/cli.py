@@ -324,11 +324,20 @@ def audit_reward_command(
     ),
     timeout: float = typer.Option(10.0, help="Seconds per probe before it counts as a timeout."),
     workers: int = typer.Option(2, help="Worker processes."),
+    samples: Optional[str] = typer.Option(
+        None, help="A run directory: replay its logged completions (samples.jsonl) through SPEC and boxed_math and list where they disagree."),
 ) -> None:
     """Run a reward function on reward-hacking probes, called as training calls it; exit 1 on any
-    false positive, error or timeout."""
-    from rlvr.audit import audit_reward, format_report
+    false positive, error or timeout. With --samples, replay a run's own completions instead; exit 1 on any disagreement."""
+    from rlvr.audit import audit_reward, format_report, replay_samples
 
+    if samples is not None:
+        with exit_codes():
+            total, disagree = replay_samples(spec, Path(samples), imports or [])
+        for row in disagree:
+            sys.stdout.write(json.dumps(row, ensure_ascii=False) + "\n")
+        console.print(f"{len(disagree)} of {total} logged completions scored differently by {spec} and boxed_math")
+        raise typer.Exit(1 if disagree else 0)
     with exit_codes():
         report = audit_reward(spec, domain=domain, imports=imports or [], workers=workers, timeout_s=timeout)
     sys.stdout.write(format_report(report) + "\n")

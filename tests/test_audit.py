@@ -162,3 +162,24 @@ def test_a_verifier_registered_by_the_users_module_is_audited_by_name(tmp_path, 
         assert ok.exit_code == 0 and "reward: strict_math  (per item, math probes)" in ok.stdout, ok.output
     finally:
         VERIFIERS.pop("strict_math", None)
+
+
+def test_audit_reward_replays_a_runs_own_completions_and_lists_the_disagreements(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    rows = [{"step": 1, "prompt": "2+2=", "completion": "\\boxed{4}", "answer": "4", "reward": 1.0},
+            {"step": 1, "prompt": "2+2=", "completion": "it is 4 or maybe \\boxed{5}", "answer": "4", "reward": 1.0},
+            {"step": 2, "prompt": "3+3=", "completion": "6", "answer": "6", "reward": 1.0}]
+    (tmp_path / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "lenient_reward.py").write_text("def lenient(completion, answer):\n    return float(answer in completion)\n")
+    cmd = [sys.executable, "-m", "rlvr.cli", "audit-reward", "lenient_reward:lenient", "--samples", str(tmp_path)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path, env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 1, done.stderr[-2000:]
+    listed = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [(r["completion"], r["reward"], r["strict"]) for r in listed] == [("it is 4 or maybe \\boxed{5}", 1.0, 0.0), ("6", 1.0, 0.0)]
+    assert "2 of 3 logged completions" in done.stderr
+    strict = subprocess.run([sys.executable, "-m", "rlvr.cli", "audit-reward", "boxed_math", "--samples", str(tmp_path)],
+                            capture_output=True, text=True, timeout=120)
+    assert strict.returncode == 0 and "0 of 3" in strict.stderr
