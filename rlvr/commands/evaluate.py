@@ -31,6 +31,15 @@ from rlvr.stages.evaluate import EvalResult, evaluate, num_batches, percent, wri
 DEFAULT_SAMPLES = 8  # when neither --samples nor the config's eval.samples says
 
 
+def make_out_dir(out: str | None, kind: str) -> Path:
+    """--out, or runs/<kind>-<time>, created; a file there is refused."""
+    out_dir = Path(out or f"runs/{kind}-{datetime.now():%Y%m%d-%H%M%S}")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(f"--out: {out_dir} is a file, not a directory")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return out_dir
+
+
 def eval_config(source: ModelSource, config_path: str | None, overrides: list[str]) -> Config:
     """The settings of an evaluation: a run's own config (its data, reward and eval sections) or
     the defaults (and --config), then the overrides."""
@@ -93,10 +102,7 @@ def run_eval(spec: str, overrides: list[str], reporter: Reporter, *, config_path
     if not cfg.eval.samples and compare:
         reporter.print("[yellow]note:[/] eval.samples = 0: comparing greedy accuracy only (pass@k needs --samples N)")
     problems, where = held_out_problems(cfg, data)
-    out_dir = Path(out or f"runs/eval-{datetime.now():%Y%m%d-%H%M%S}")
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ConfigError(f"--out: {out_dir} is a file, not a directory")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = make_out_dir(out, "eval")
     terms = build_reward_terms(cfg.reward)
     try:
         results = {}
@@ -177,10 +183,7 @@ def run_budgets(spec: str, overrides: list[str], reporter: Reporter, budgets: li
     source = resolve_model(spec)
     cfg = eval_config(source, config_path, overrides)
     problems, where = held_out_problems(cfg, data)
-    out_dir = Path(out or f"runs/eval-budget-{datetime.now():%Y%m%d-%H%M%S}")
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ConfigError(f"--out: {out_dir} is a file, not a directory")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = make_out_dir(out, "eval-budget")
     terms = build_reward_terms(cfg.reward)
     try:
         results = evaluate_source(source, cfg, problems, terms, reporter, "model", budgets=[-1, *sorted(set(budgets))])

@@ -188,7 +188,6 @@ class RayLearner:
 
     def _submit(self, round_index: int, examples: list[Example]) -> None:
         t0 = time.perf_counter()
-        G = self.cfg.rollout.group_size
         prompts = [format_prompt(self.tokenizer, e, self.cfg.data) for e in examples]
         slices = even_slices(len(examples), len(self.rollout))
         weights = [self.versions[self.version]]  # in a list: Ray passes the reference, the worker fetches on a version change

@@ -23,15 +23,21 @@ __all__ = ["mode_format", "think_format", "think_format_ok"]
 OPEN, CLOSE = "<think>", "</think>"
 
 
-def think_format_ok(completion: str) -> bool:
-    """Whether ``completion`` is exactly one think block followed by an answer."""
+def _one_block(completion: str) -> tuple[str, str] | None:
+    """(thought, answer) when ``completion`` opens with its one and only think block, else None."""
     if not isinstance(completion, str):
-        return False
+        return None
     text = completion.lstrip()
     if not text.startswith(OPEN) or completion.count(OPEN) != 1 or completion.count(CLOSE) != 1:
-        return False
+        return None
     thought, _, answer = text[len(OPEN) :].partition(CLOSE)
-    return bool(thought.strip()) and bool(answer.strip())
+    return thought, answer
+
+
+def think_format_ok(completion: str) -> bool:
+    """Whether ``completion`` is exactly one think block followed by an answer."""
+    parts = _one_block(completion)
+    return parts is not None and bool(parts[0].strip()) and bool(parts[1].strip())
 
 
 def think_format(completion: str, answer: str = "") -> float:
@@ -42,13 +48,8 @@ def think_format(completion: str, answer: str = "") -> float:
 def empty_block_ok(completion: str) -> bool:
     """Whether ``completion`` is an empty think block (whitespace inside allowed), then an answer:
     how Qwen3's non-thinking mode writes (its template puts the empty block in place)."""
-    if not isinstance(completion, str):
-        return False
-    text = completion.lstrip()
-    if not text.startswith(OPEN) or completion.count(OPEN) != 1 or completion.count(CLOSE) != 1:
-        return False
-    thought, _, answer = text[len(OPEN) :].partition(CLOSE)
-    return not thought.strip() and bool(answer.strip())
+    parts = _one_block(completion)
+    return parts is not None and not parts[0].strip() and bool(parts[1].strip())
 
 
 def mode_format(completion: str, answer: str, mode: str) -> float | None:
