@@ -8,7 +8,7 @@ VENV   ?= .venv
 TORCH  ?= torch==2.13.0
 BIN     = $(VENV)/bin
 
-.PHONY: lab test install bwrap
+.PHONY: lab test install bwrap browser
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,10 +24,15 @@ bwrap:
 	@command -v bwrap >/dev/null || ! command -v apt-get >/dev/null || [ "$$(id -u)" != 0 ] || \
 		(apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null)
 
+# Debian's chromium runs the report's browser test (tests/test_report.py, driven by Playwright); installed the same way.
+browser:
+	@command -v chromium >/dev/null || ! command -v apt-get >/dev/null || [ "$$(id -u)" != 0 ] || \
+		(apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
+
 install: $(VENV)/.installed bwrap
 
 lab: install
 	$(BIN)/rlvr lab $(ARGS)
 
-test: install
+test: install browser
 	$(BIN)/python -m pytest -q $(ARGS)

@@ -1,4 +1,4 @@
-"""The `rlvr` command: lab | train | eval | rft | distill | recipe | export | config | audit-reward.
+"""The `rlvr` command: lab | train | eval | rft | distill | recipe | export | report | doctor | config | audit-reward.
 
     rlvr lab                           the built-in CPU lab with its defaults
     rlvr lab algo.beta=0.04            ... with any field overridden by dotted key
@@ -10,6 +10,8 @@
     rlvr rft RUN_DIR                   the policy's verified traces fine-tune the run's starting model
     rlvr distill --teacher RUN_DIR --student tiny:num_layers=1   ... or a smaller student
     rlvr recipe recipes/r1.toml        stages (sft, rl, rft, distill, eval) in order; --resume DIR continues
+    rlvr report RUN_DIR [RUN_DIR ...]  report.html: the run on one page (several runs: overlaid)
+    rlvr doctor RUN_DIR                known failure modes read off a run's metrics
     rlvr config                        every field with its default and meaning
     rlvr audit-reward mypkg.rewards:fn  probe a reward function for known reward hacks
 
@@ -187,6 +189,20 @@ def doctor(run_dir: str = typer.Argument(..., help="A run directory (holding met
         console.print(f"no known symptom in {len(records)} steps")
     for v in verdicts:
         console.print(f"[bold yellow]{v.symptom}[/]: {v.evidence}\n  -> {v.patch}")
+
+
+@app.command()
+def report(
+    run_dirs: list[str] = typer.Argument(..., help="One run directory (a run or a recipe's output), or several to overlay."),
+    out: Optional[str] = typer.Option(None, "--out", help="Where to write the page (default: RUN_DIR/report.html; for several runs, "
+                                      "compare-<others>.html in the first).", show_default=False),
+) -> None:
+    """Draw report.html: reward and held-out curves, pass@k, per-level accuracy, behaviour, the hack monitor, the doctor, samples."""
+    from rlvr.report import write_report
+
+    with exit_codes():
+        path = write_report(run_dirs, out)
+    console.print(f"[green]wrote[/] {path}")
 
 
 @app.command("eval")

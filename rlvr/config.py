@@ -84,9 +84,12 @@ class RunConfig:
         "'tensorboard', 'wandb', 'mlflow', 'trackio' (each an optional install: rlvr[tensorboard], ...). rlvr's own files are always written."
     )
     project: str = knob("rlvr", "The trackers' project (W&B, trackio) or experiment (MLflow); runs are named after run.output_dir.")
+    report: bool = knob(True, "Write report.html (plots, evaluations, samples, the doctor's verdicts) at the end of every stage; `rlvr report` redraws it.")
+    report_every: int = knob(100, "During RL, also redraw report.html every N steps (about a second each at the lab's size); 0 = at stage ends only.")
 
     def validate(self) -> None:
         _require(self.threads >= 0, "run.threads", "must be >= 0")
+        _require(self.report_every >= 0, "run.report_every", "must be >= 0")
         unknown = [t for t in self.trackers if t not in ("tensorboard", "wandb", "mlflow", "trackio")]
         _require(not unknown, "run.trackers", f"{unknown} are not trackers rlvr knows (tensorboard, wandb, mlflow, trackio)")
         _require(len(set(self.trackers)) == len(self.trackers), "run.trackers", "names a tracker twice")
@@ -593,12 +596,17 @@ class MonitorConfig:
     compare_strict: bool = knob(
         True, "When the trained correctness term is not boxed_math, re-score math rows with it and log hack/proxy_minus_strict."
     )
-    stop_on_hack: bool = knob(False, "Stop the run (after a checkpoint) when hack/proxy_minus_strict has grown for monitor.patience steps.")
-    patience: int = knob(5, "Steps in a row the proxy-minus-strict gap must grow before monitor.stop_on_hack stops the run.")
-    min_gap: float = knob(0.1, "The gap (proxy mean minus strict mean) that must also be exceeded to stop.")
+    stop_on_hack: bool = knob(
+        False, "Stop the run (after a checkpoint) when hack/proxy_minus_strict has grown: its moving average over monitor.window steps "
+        "more than monitor.min_gap above the run's first window for monitor.patience steps in a row."
+    )
+    window: int = knob(10, "Steps in the moving average of hack/proxy_minus_strict that monitor.stop_on_hack compares with the run's first window.")
+    patience: int = knob(5, "Steps in a row the averaged gap must stand above the start (by monitor.min_gap) before monitor.stop_on_hack stops the run.")
+    min_gap: float = knob(0.1, "How far the averaged proxy-minus-strict gap must rise above the run's first window to count as grown.")
 
     def validate(self) -> None:
         _require(self.patience >= 1, "monitor.patience", "must be >= 1")
+        _require(self.window >= 1, "monitor.window", "must be >= 1")
 
 
 @dataclass
@@ -1086,7 +1094,7 @@ def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
 
 
 # What a resumed run may change without breaking "same result as an uninterrupted run".
-RESUMABLE_CHANGES = ("run.output_dir", "run.threads", "run.device", "run.trackers", "run.project", "train.steps", "train.save_model", "train.log_samples_every",
+RESUMABLE_CHANGES = ("run.output_dir", "run.threads", "run.device", "run.trackers", "run.project", "run.report", "train.steps", "train.save_model", "train.log_samples_every",
                      "train.max_nonfinite_steps", "checkpoint.", "eval.", "rft.", "thinking.budget", "reward.workers", "reward.timeout_s", "reward.max_missing_frac")
 
 

@@ -130,8 +130,26 @@ def truncation(records: list[dict], cfg: Config | None) -> Verdict | None:
                    "leaving truncated completions out of the loss (algo.mask_truncated = true)")
 
 
+def proxy_pulls_away(records: list[dict], cfg: Config | None) -> Verdict | None:
+    """The trained reward's lead over the strict verifier (hack/proxy_minus_strict, logged when the
+    trained reward is not boxed_math) up by 0.15 or more from the first quarter to the last: the
+    policy is learning what the reward pays for and the strict verifier refuses."""
+    first, last, _ = _quarters(len(records))
+    g0, g1 = _mean(records, "hack/proxy_minus_strict", first), _mean(records, "hack/proxy_minus_strict", last)
+    if None in (g0, g1) or g1 - g0 < 0.15:
+        return None
+    detectors = {k: _mean(records, k, last) for k in {k for r in records[last] for k in r} if k.startswith("hack/") and
+                 k not in ("hack/proxy_minus_strict", "hack/proxy_minus_strict_growth", "hack/flagged")}
+    worst = max(detectors, key=lambda k: detectors[k] or 0.0, default=None)
+    seen = f"; the most flagged pattern is {worst} ({detectors[worst]:.0%} of the last quarter's completions)" if worst and detectors[worst] else ""
+    return Verdict("the trained reward pulls away from the strict verifier (reward hacking)",
+                   f"hack/proxy_minus_strict {g0:.2f} ({_steps(records, first)}) -> {g1:.2f} ({_steps(records, last)}){seen}",
+                   "audit the reward on the run's own completions (rlvr audit-reward SPEC --samples RUN_DIR), train on the strict "
+                   "verifier (reward.functions = [\"boxed_math\"]), and let the monitor stop such a run early (monitor.stop_on_hack = true)")
+
+
 RULES: list[Callable[[list[dict], Config | None], Verdict | None]] = [
-    reward_flat_at_zero, groups_all_equal, entropy_collapse, length_drift, ratio_spikes, logp_mismatch, truncation,
+    reward_flat_at_zero, groups_all_equal, entropy_collapse, length_drift, ratio_spikes, logp_mismatch, truncation, proxy_pulls_away,
 ]
 
 

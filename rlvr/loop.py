@@ -15,6 +15,7 @@ The loop touches the policy only through a `Learner` (rlvr/learner.py).
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from dataclasses import dataclass
@@ -25,11 +26,11 @@ import torch
 
 from rlvr.algorithms import compute_advantages, group_stats, informative_groups
 from rlvr.checkpoint import CheckpointError, fault_point, load_step, save_step, step_name
-from rlvr.config import AlgoConfig, Config, to_toml
+from rlvr.config import AlgoConfig, Config, atomic_write_text, to_toml
 from rlvr.data import Example
 from rlvr.errors import RunStopped
 from rlvr.learner import Learner
-from rlvr.metrics import JsonlWriter, PhaseBar, read_jsonl_records, rewind_jsonl
+from rlvr.metrics import STOP_FILE, JsonlWriter, PhaseBar, read_jsonl_records, rewind_jsonl
 from rlvr.monitor import HackMonitor
 from rlvr.reward import RewardError, RewardTerm, Scores, score_completions
 from rlvr.rollout import Rollouts, completion_id_lists, concat_rollouts
@@ -194,20 +195,23 @@ def rl_train(
     resume_from: Path | None = None,
     evaluate_policy: Callable[[], dict] | None = None,
     trackers: Trackers | None = None,
+    on_progress: Callable[[int], None] | None = None,
 ) -> list[dict]:
     """Train the learner's policy for cfg.train.steps under any preset; returns the per-step
     metric records. With `resume_from` (a complete step checkpoint) weights, optimizer,
     scheduler, prompt stream and every RNG continue from it, so the remaining steps are those of
     an uninterrupted run. `evaluate_policy` (held-out figures of the current policy, drawing on no
     training RNG) runs every cfg.eval.every steps after the update; its figures join that step's line.
-    `trackers` (run.trackers) get every line and the sampled completions as they are written."""
+    `trackers` (run.trackers) get every line and the sampled completions as they are written.
+    `on_progress(step)` runs every cfg.run.report_every steps (the pipeline redraws report.html).
+    A run that stops itself (the hack monitor, a NaN streak) leaves stopped.json saying why."""
     G, rc, tc, ac = cfg.rollout.group_size, cfg.rollout, cfg.train, cfg.algo
     dc = cfg.data
     stream = PromptStream(examples, cfg.run.seed, dc.skip_solved_rate, dc.solved_keep_prob, dc.skip_never_solved)
     checkpoints = run_dir / "checkpoints"
     mc = cfg.monitor
     judge = next((t for t in reward_terms if t.correctness), reward_terms[0] if reward_terms else None)
-    monitor = HackMonitor(mc.compare_strict and judge is not None and judge.name != "boxed_math", mc.stop_on_hack, mc.patience, mc.min_gap)
+    monitor = HackMonitor(mc.compare_strict and judge is not None and judge.name != "boxed_math", mc.stop_on_hack, mc.patience, mc.min_gap, mc.window)
     start, bad_streak = 0, 0
     if resume_from is not None:
         trainer, state = load_step(resume_from, learner.policy)
@@ -216,6 +220,7 @@ def rl_train(
         monitor.set_state(trainer.get("monitor", {}))
         start, bad_streak = state["step"], state["bad_streak"]
     records = _records_before(run_dir, start, resume_from)
+    (run_dir / STOP_FILE).unlink(missing_ok=True)  # a resumed run is no longer stopped
     if trackers is not None and records:
         trackers.replay(records, read_jsonl_records(run_dir / "samples.jsonl"))
     for _ in range(start):
@@ -279,19 +284,28 @@ def rl_train(
             bad_streak = bad_streak + 1 if record.get("loss/skipped_nonfinite") else 0
             if bad_streak >= tc.max_nonfinite_steps:
                 save(step)  # the skipped updates left the weights at the last good state
-                raise TrainingError(
+                raise _stopped(run_dir, step, "nonfinite",
                     f"step {step}: {bad_streak} steps in a row had a NaN/inf loss or gradient (train.max_nonfinite_steps = "
                     f"{tc.max_nonfinite_steps}); stopped. The last good weights are in {checkpoints / step_name(step)}. "
                     "Lower train.lr, check the reward scale, or set train.max_grad_norm."
                 )
             if hack_reason is not None:
                 save(step)
-                raise TrainingError(f"step {step}: the hack monitor stopped the run (monitor.stop_on_hack): {hack_reason}. "
-                                    f"The weights of this step are in {checkpoints / step_name(step)}.")
+                raise _stopped(run_dir, step, "hack_monitor", f"step {step}: the hack monitor stopped the run (monitor.stop_on_hack): {hack_reason}. "
+                               f"The weights of this step are in {checkpoints / step_name(step)}.")
             if (cfg.checkpoint.every and step % cfg.checkpoint.every == 0) or step == tc.steps:
                 save(step)
                 fault_point("step_saved")
+            if on_progress is not None and cfg.run.report_every and step % cfg.run.report_every == 0 and step < tc.steps:
+                on_progress(step)
     return records
+
+
+def _stopped(run_dir: Path, step: int, by: str, reason: str) -> TrainingError:
+    """The error that stops the run, with stopped.json beside the metrics so that a report (drawn
+    now or later) says at which step and why."""
+    atomic_write_text(run_dir / STOP_FILE, json.dumps({"step": step, "by": by, "reason": reason}, indent=2) + "\n")
+    return TrainingError(reason)
 
 
 def sample_round(learner: Learner, batch: list[Example], terms: list[RewardTerm], cfg: Config,

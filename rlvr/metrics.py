@@ -23,6 +23,9 @@ def _clean(value: Any) -> Any:
     return value
 
 
+STOP_FILE = "stopped.json"  # a run that stopped itself (hack monitor, NaN streak): the step and the reason
+
+
 class JsonlWriter:
     """Appends one complete line per record; each line is flushed and fsynced before returning,
     so a killed run leaves every finished step on disk."""

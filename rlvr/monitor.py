@@ -11,9 +11,15 @@ Detectors (each a pure function of one completion; `hack/<name>` is the share of
 
 `hack/proxy_minus_strict` is the trained correctness term's mean minus the strict verifier's on
 the same completions: a proxy reward climbing away from the strict one is the signature of a
-hack. With monitor.stop_on_hack the run stops (after a checkpoint) once that gap has grown for
-monitor.patience steps in a row and exceeds monitor.min_gap, saying which detector fires most and
-showing examples.
+hack. With monitor.stop_on_hack the run stops (after a checkpoint) once that gap has grown: its
+moving average over monitor.window steps has stood more than monitor.min_gap above the average
+of the run's first window for monitor.patience steps in a row. The detector that fires most is
+named, with examples.
+
+Why a moving average against the run's own start, not "up at every step": a real gap is noisy
+from step to step (the lab on a substring reward: 0.11, 0.03, 0.09, 0.02, ... while it climbs to
+0.6), so a rule that wants N rises in a row never fires on a real hack; and a gap that is large
+from the first step is a lenient but stable proxy, which the metric shows without stopping a run.
 """
 
 from __future__ import annotations
@@ -68,9 +74,30 @@ def _is_math(answer: str) -> bool:
 class HackMonitor:
     """The per-step detectors and the proxy-minus-strict gap, with the streak that stops a run."""
 
-    def __init__(self, strict: bool, stop_on_hack: bool, patience: int, min_gap: float) -> None:
-        self.strict, self.stop_on_hack, self.patience, self.min_gap = strict, stop_on_hack, patience, min_gap
+    def __init__(self, strict: bool, stop_on_hack: bool, patience: int, min_gap: float, window: int = 10) -> None:
+        self.strict, self.stop_on_hack, self.patience, self.min_gap, self.window = strict, stop_on_hack, patience, min_gap, window
         self.gaps: list[float] = []
+
+    def grown_for(self) -> int:
+        """Steps in a row, up to now, at which the gap's moving average stood more than min_gap above
+        the run's first full window (0 while the run has no more than one window of steps)."""
+        w = self.window
+        if len(self.gaps) <= w:
+            return 0
+        baseline = sum(self.gaps[:w]) / w
+        streak = 0
+        for end in range(len(self.gaps), w, -1):
+            if sum(self.gaps[end - w:end]) / w - baseline <= self.min_gap:
+                break
+            streak += 1
+        return streak
+
+    def _growth(self) -> float:
+        """The gap's moving average now minus the run's first window's (0 before two windows)."""
+        w = self.window
+        if len(self.gaps) <= w:
+            return 0.0
+        return sum(self.gaps[-w:]) / w - sum(self.gaps[:w]) / w
 
     def state(self) -> dict[str, Any]:
         return {"gaps": list(self.gaps)}
@@ -94,15 +121,17 @@ class HackMonitor:
         gap = sum(p for p, _ in pairs) / len(pairs) - sum(s for _, s in pairs) / len(pairs)
         metrics["hack/proxy_minus_strict"] = gap
         self.gaps.append(gap)
-        # Grown over the last `patience` steps: each step's gap above the one before.
-        recent = self.gaps[-(self.patience + 1):]
-        growing = len(recent) == self.patience + 1 and all(b > a for a, b in zip(recent, recent[1:]))
-        if not (self.stop_on_hack and growing and gap > self.min_gap):
+        metrics["hack/proxy_minus_strict_growth"] = self._growth()
+        grown = self.grown_for() >= self.patience
+        metrics["hack/flagged"] = float(grown)  # what stop_on_hack would act on, logged whether it is on or not
+        if not (self.stop_on_hack and grown):
             return metrics, None
         worst = max(flags, key=lambda name: sum(flags[name]))
         examples = [c for c, f, p, s in zip(completions, flags[worst], proxy, strict) if f and (p or 0) > (s or 0)][:3] \
             or [c for c, f in zip(completions, flags[worst]) if f][:3]
-        reason = (f"hack/proxy_minus_strict rose for {self.patience} steps in a row to {gap:.2f} (monitor.min_gap = {self.min_gap}): "
+        reason = (f"hack/proxy_minus_strict's {self.window}-step average has stood more than monitor.min_gap = {self.min_gap} above the "
+                  f"run's first {self.window} steps for {self.patience} steps in a row (now {metrics['hack/proxy_minus_strict_growth']:+.2f}, "
+                  f"this step's gap {gap:.2f}): "
                   f"the trained reward pays for what the strict verifier refuses. Detector {worst!r} flags "
                   f"{metrics[f'hack/{worst}']:.0%} of the batch; examples: " + " | ".join(repr(e[:120]) for e in examples))
         return metrics, reason

@@ -13,6 +13,9 @@ it on the user's model and data. Everything a run produces lands in run.output_d
     eval_<stage>.jsonl    every held-out completion with its verdict
     summary.json          accuracies (overall, per level), behaviour, timings
     reward_curve.png      the reward during RL, with held-out accuracy before/after
+    report.html           the run on one page: plots, evaluations, doctor, hack monitor, samples
+                          (at every stage's end and every run.report_every RL steps; `rlvr report`)
+    stopped.json          only when the run stopped itself (hack monitor, NaN streak): step and reason
     model/                the final policy (save_pretrained)
 """
 
@@ -286,10 +289,29 @@ def _run(cfg: Config, reporter: Reporter, command: str, resume: bool, reward_ter
             stage.run(ctx)
             if stage.checkpointed:
                 _record_completion(ctx, stage)
+                refresh_report(ctx)
         ctx.seconds["total"] = round(time.perf_counter() - started, 1)
-        return _write_summary(ctx, skipped)
+        summary = _write_summary(ctx, skipped)
+        refresh_report(ctx)
+        return summary
+    except Exception:
+        refresh_report(ctx)  # a run that had to stop shows how far it got, and why (stopped.json)
+        raise
     finally:
         trackers.close()
+
+
+def refresh_report(ctx: RunContext) -> None:
+    """Redraw report.html from the run directory's files (run.report). A page that fails to draw
+    is a warning on the console: it must never be what ends a training run."""
+    if not ctx.cfg.run.report:
+        return
+    from rlvr.report import write_report
+
+    try:
+        write_report([ctx.run_dir])
+    except Exception as err:  # noqa: BLE001 - any plotting or reading failure, reported and survived
+        ctx.reporter.print(f"[yellow]report.html not redrawn[/] ({type(err).__name__}: {markup_escape(str(err))}); `rlvr report {ctx.run_dir}` retries")
 
 
 # ----------------------------------------------------------------------------- the stages
@@ -402,7 +424,7 @@ def rl_stage(ctx: RunContext) -> None:
     try:
         with ctx.reporter.phase("rl", cfg.train.steps) as bar:
             ctx.records = ctx.timed("rl", lambda: rl_train(learner, ctx.train, cfg, ctx.reward_terms, ctx.run_dir, bar, resume_from,
-                                                           evaluate_policy, trackers=ctx.trackers))
+                                                           evaluate_policy, trackers=ctx.trackers, on_progress=lambda _: refresh_report(ctx)))
     finally:
         learner.close()  # Ray: its workers stop with the run, however it ends
     if len(ctx.records) != cfg.train.steps:  # never exit 0 having silently trained too little

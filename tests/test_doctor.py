@@ -52,6 +52,16 @@ def test_each_planted_symptom_is_found_with_its_evidence(key, value, symptom, ci
     assert key in verdicts[0].evidence and cited in verdicts[0].evidence
 
 
+def test_a_proxy_pulling_away_from_the_strict_verifier_is_named_with_its_pattern():
+    hacked = planted("hack/proxy_minus_strict", lambda s: 0.05 if s <= 10 else 0.5)
+    for r in hacked:
+        r["hack/unboxed"], r["hack/multiple_boxes"] = (0.0, 0.0) if r["step"] <= 10 else (0.9, 0.1)
+    verdicts = diagnose(hacked, load_config())
+    assert [v.symptom for v in verdicts] == ["the trained reward pulls away from the strict verifier (reward hacking)"]
+    assert "0.05 (steps 1-10) -> 0.50 (steps 31-40)" in verdicts[0].evidence and "hack/unboxed (90%" in verdicts[0].evidence
+    assert symptoms(planted("hack/proxy_minus_strict", 0.4)) == []  # a lenient but stable proxy: a gap, no trend
+
+
 def test_entropy_collapse_and_length_drift_need_their_context():
     collapsing = planted("rollout/entropy", lambda s: 1.0 if s <= 10 else 0.1)
     for r in collapsing:

@@ -28,8 +28,9 @@ or the tiny lab model built into <out>/init):
     eval     evaluate M under eval.* (optionally on `data`, a JSONL file); M is unchanged
 
 Each stage runs in its own run directory (<out>/NN-<name>/, the layout of `rlvr train`) and
-writes stage.json when it is done. Running the recipe again with --resume <out> skips every done
-stage and continues the first one that is not from its own checkpoints (RL and SFT at their last
+writes stage.json when it is done; <out>/report.html shows the stage table and links each
+stage's own report.html. Running the recipe again with --resume <out> skips every done stage
+and continues the first one that is not from its own checkpoints (RL and SFT at their last
 checkpointed step), so a SIGKILL anywhere loses at most the steps since the last checkpoint.
 """
 
@@ -208,15 +209,27 @@ def run_recipe(path: str | None, overrides: list[str], reporter: Reporter, *, ou
             row["seconds"] = round(time.perf_counter() - started, 1)
             atomic_write_text(done, json.dumps(row, indent=2) + "\n")
             fault_point("recipe_stage_done")
+            _draw_report(out_dir, reporter)
         current = row["model"]
         rows.append(row)
     summary = {"recipe": str(recipe.path), "out": str(out_dir), "starting_model": start, "stages": rows}
     atomic_write_text(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+    _draw_report(out_dir, reporter)
     reporter.print(recipe_table(rows))
     terms = reward_terms_table(rows)
     if terms is not None:
         reporter.print(terms)
     return summary
+
+
+def _draw_report(out_dir: Path, reporter: Reporter) -> None:
+    """<out>/report.html: the stage table and plot, each stage linked to its own report."""
+    from rlvr.report import write_report
+
+    try:
+        write_report([out_dir])
+    except Exception as err:  # noqa: BLE001 - a page that fails to draw never ends the recipe
+        reporter.print(f"[yellow]report.html not redrawn[/] ({type(err).__name__}: {err}); `rlvr report {out_dir}` retries")
 
 
 def starting_model(recipe: Recipe, overrides: list[str], out_dir: Path) -> str:

@@ -1,0 +1,134 @@
+"""What a report shows, read from a run directory's own files (nothing from the training process).
+
+A report can be drawn while the run is going (the loop refreshes it every run.report_every
+steps), after it ended, or after it was killed: every file is read as it is on disk, a torn last
+line of a JSONL file is skipped (the writer fsyncs line by line, so only the last can be torn),
+and held-out figures come from summary.json at the end or, before that, from the newest stage
+checkpoint's recorded evaluations.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlvr.checkpoint import is_complete
+from rlvr.config import Config, ConfigError, load_config
+from rlvr.doctor import Verdict, diagnose
+from rlvr.metrics import STOP_FILE
+
+RUN_FILES = ("metrics.jsonl", "sft_metrics.jsonl", "summary.json", "config.toml")
+
+
+@dataclass
+class Run:
+    """One run directory as a report reads it."""
+
+    path: Path
+    name: str
+    config: Config | None = None  # config.toml as resolved at the start
+    records: list[dict] = field(default_factory=list)  # metrics.jsonl: one per RL step
+    sft_records: list[dict] = field(default_factory=list)  # sft_metrics.jsonl
+    samples: list[dict] = field(default_factory=list)  # samples.jsonl: RL completions with rewards
+    evals: dict[str, dict] = field(default_factory=dict)  # stage -> EvalResult.summary()
+    eval_rows: dict[str, list[dict]] = field(default_factory=dict)  # stage -> greedy completions
+    summary: dict | None = None
+    stopped: dict | None = None
+    verdicts: list[Verdict] = field(default_factory=list)
+    stages: list[dict] = field(default_factory=list)  # a recipe's rows (stage.json of each stage)
+
+    @property
+    def finished(self) -> bool:
+        return self.summary is not None
+
+    @property
+    def is_recipe(self) -> bool:
+        return (self.path / "recipe.toml").is_file()
+
+
+def read_jsonl_tolerant(path: Path) -> list[dict]:
+    """The records of a JSONL file another process may be appending to: a torn last line is left
+    out; an unparseable line before it is corruption and raises, naming the file and line."""
+    if not path.is_file():
+        return []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    records = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as err:
+            if number == len(lines):
+                break  # being written right now
+            raise ConfigError(f"{path}:{number}: not a JSON line ({err.msg})") from None
+    return records
+
+
+def _read_json(path: Path) -> dict | None:
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from None
+
+
+def _recorded_evals(run_dir: Path) -> dict[str, dict]:
+    """Mid-run, the evaluations so far: each stage checkpoint records every evaluation done by
+    then, so the newest complete one has them all."""
+    newest: tuple[float, dict] | None = None
+    for state in (run_dir / "checkpoints").glob("stage-*/state.json"):
+        if not is_complete(state.parent):
+            continue
+        evals = (_read_json(state) or {}).get("evals")
+        if evals and (newest is None or state.stat().st_mtime > newest[0]):
+            newest = (state.stat().st_mtime, evals)
+    return newest[1] if newest else {}
+
+
+def load_run(path: str | Path) -> Run:
+    """Everything a report shows of one run directory (a `rlvr train`/`lab` run, or a recipe's
+    output directory); a directory holding none of a run's files is refused, naming it."""
+    run_dir = Path(path)
+    if not run_dir.is_dir():
+        raise ConfigError(f"{run_dir}: no such run directory")
+    run = Run(run_dir, run_dir.resolve().name)
+    if run.is_recipe:
+        summary = _read_json(run_dir / "summary.json")
+        run.summary = summary
+        run.stages = summary["stages"] if summary else [
+            row for done in sorted(run_dir.glob("[0-9][0-9]-*/stage.json")) if (row := _read_json(done)) is not None
+        ]
+        return run
+    if not any((run_dir / name).exists() for name in RUN_FILES):
+        raise ConfigError(f"{run_dir}: not a run directory (none of {', '.join(RUN_FILES)} is there)")
+    if (run_dir / "config.toml").is_file():
+        run.config = load_config(run_dir / "config.toml", for_training=False)
+    run.records = read_jsonl_tolerant(run_dir / "metrics.jsonl")
+    run.sft_records = read_jsonl_tolerant(run_dir / "sft_metrics.jsonl")
+    run.samples = read_jsonl_tolerant(run_dir / "samples.jsonl")
+    run.summary = _read_json(run_dir / "summary.json")
+    run.evals = run.summary["eval"] if run.summary else _recorded_evals(run_dir)
+    for stage in run.evals:
+        run.eval_rows[stage] = read_jsonl_tolerant(run_dir / f"eval_{stage}.jsonl")
+    run.stopped = _read_json(run_dir / STOP_FILE)
+    run.verdicts = diagnose(run.records, run.config)
+    return run
+
+
+def metric_keys(runs: list[Run], prefix: str) -> list[str]:
+    """The metric names under `prefix` that any of the runs logged, in first-seen order."""
+    keys: dict[str, None] = {}
+    for run in runs:
+        for record in run.records:
+            keys.update((k, None) for k in record if k.startswith(prefix))
+    return list(keys)
+
+
+def series(records: list[dict], key: str) -> tuple[list[int], list[float]]:
+    """(steps, values) of one metric, skipping the steps where it is missing or not a number."""
+    points = [(r["step"], float(v)) for r in records if isinstance(v := r.get(key), (int, float)) and not isinstance(v, bool)]
+    return [s for s, _ in points], [v for _, v in points]

@@ -1,0 +1,194 @@
+"""report.html: drawn from a real run's files at every stage's end and every run.report_every RL
+steps, self-contained, escaped, and working in a real headless browser (Debian's chromium driven by
+Playwright: no console errors, every plot rendered, the samples' search and filter work)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlvr.config import ConfigError, load_config
+from rlvr.metrics import Reporter
+from rlvr.report import REPORT, write_report
+from rlvr.report.runs import load_run, read_jsonl_tolerant
+
+from conftest import SOLVABLE
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+# In CI the set-up installs chromium (Makefile: `browser`), so the browser test must run there, not skip.
+NEEDS_BROWSER = os.environ.get("CI") == "true"
+
+LENIENT_MIX = [*SOLVABLE, "train.steps=8", "eval.every=4", "run.report_every=3",
+               'reward.functions=["rlvr.tasks.hackable:substring_answer", "boxed_math"]', "reward.weights=[1.0, 0.0]"]
+
+
+@pytest.fixture(scope="module")
+def reported_run(tmp_path_factory):
+    """A lab run (SFT, 8 RL steps) trained on a lenient reward with the strict one beside it at
+    weight 0; the report's draws are counted, with how many RL steps were on disk at each."""
+    import rlvr.report
+    from rlvr.pipeline import run
+
+    run_dir = tmp_path_factory.mktemp("report") / "run"
+    draws: list[int] = []
+    real = rlvr.report.write_report
+
+    def counting(run_dirs, out=None):
+        metrics = Path(run_dirs[0]) / "metrics.jsonl"
+        draws.append(len(read_jsonl_tolerant(metrics)) if metrics.exists() else 0)
+        return real(run_dirs, out)
+
+    rlvr.report.write_report = counting
+    try:
+        run(load_config(overrides=LENIENT_MIX + [f"run.output_dir={json.dumps(str(run_dir))}"]), Reporter(enabled=False), "lab")
+    finally:
+        rlvr.report.write_report = real
+    return run_dir, draws
+
+
+def test_the_report_is_drawn_at_every_stage_end_and_every_report_every_steps(reported_run):
+    run_dir, draws = reported_run
+    # sft, eval_after_sft | RL steps 3 and 6 (not 8: the stage's end draws it) | eval_after_rl, then the final summary
+    assert draws == [0, 0, 3, 6, 8, 8]
+    page = (run_dir / REPORT).read_text()
+    assert "finished</b> (8 RL steps)" in page
+    for figure in ("reward", "held-out", "by-level", "behaviour", "hack", "sft", "pass-at-k"):
+        assert f"id='fig-{figure}'" in page, figure
+    assert "substring_answer" in page and "hack/proxy_minus_strict" in page
+    assert not re.search(r"""(src|href)=["']?(https?:|//)""", page) and "<link" not in page  # nothing to fetch (the browser test watches requests)
+
+
+def test_run_report_false_writes_none(tmp_path):
+    from rlvr.pipeline import run
+
+    out = tmp_path / "run"
+    run(load_config(overrides=[*SOLVABLE, "sft.steps=5", "train.steps=1", "eval.samples=0", "run.report=false",
+                               f"run.output_dir={json.dumps(str(out))}"]), Reporter(enabled=False), "lab")
+    assert (out / "summary.json").is_file() and not (out / REPORT).exists()
+
+
+def test_run_values_are_escaped_and_a_torn_last_line_is_skipped(reported_run, tmp_path):
+    run_dir, _ = reported_run
+    copy = tmp_path / "copy"
+    shutil.copytree(run_dir, copy, ignore=shutil.ignore_patterns("checkpoints", "model", "sft", "init"))
+    with (copy / "samples.jsonl").open("a") as fh:
+        fh.write(json.dumps({"step": 8, "prompt": "1+1=", "completion": "<script>alert('x')</script>\\boxed{2}", "answer": "2",
+                             "reward": 1.0, "advantage": 0.5}) + "\n")
+        fh.write('{"step": 8, "prompt": "torn')  # a line being written right now
+    page = write_report([copy]).read_text()
+    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page and "<script>alert" not in page
+    (copy / "samples.jsonl").write_text('{"step": 1}\nnot json\n{"step": 2}\n')
+    with pytest.raises(ConfigError, match=r"samples.jsonl:2: not a JSON line"):
+        load_run(copy)
+    with pytest.raises(ConfigError, match="no such run directory"):
+        load_run(tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match="not a run directory"):
+        load_run(tmp_path / "empty")
+
+
+def test_a_stopped_run_says_where_and_why(reported_run, tmp_path):
+    run_dir, _ = reported_run
+    copy = tmp_path / "stopped"
+    shutil.copytree(run_dir, copy, ignore=shutil.ignore_patterns("step-*", "model", "sft", "init", "*.safetensors"))
+    (copy / "summary.json").unlink()
+    (copy / "stopped.json").write_text(json.dumps({"step": 6, "by": "hack_monitor", "reason": "step 6: the hack monitor stopped the run"}))
+    page = write_report([copy]).read_text()
+    assert "stopped at step 6.</b> step 6: the hack monitor stopped the run" in page
+    # without summary.json the held-out figures come from the stage checkpoints
+    assert "after_sft" in page and "after_rl" in page
+
+
+def test_rlvr_report_overlays_two_runs(reported_run, tmp_path):
+    run_dir, _ = reported_run
+    other = tmp_path / "other"
+    shutil.copytree(run_dir, other, ignore=shutil.ignore_patterns("checkpoints", "model", "sft", "init"))
+    done = subprocess.run([sys.executable, "-m", "rlvr.cli", "report", str(run_dir), str(other)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    page = (run_dir / "compare-other.html").read_text()
+    assert "rlvr report: run vs other" in page and page.count("finished</b>") == 2
+    bad = subprocess.run([sys.executable, "-m", "rlvr.cli", "report", str(tmp_path / "nope")], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "no such run directory" in bad.stderr
+
+
+def test_a_recipe_report_lists_its_stages_and_links_their_reports(tmp_path):
+    from rlvr.commands.recipe import run_recipe
+
+    recipe = tmp_path / "r.toml"
+    recipe.write_text('[[stage]]\nname = "cold"\nkind = "sft"\n\n[[stage]]\nname = "rl"\nkind = "rl"\n')
+    out = tmp_path / "out"
+    run_recipe(str(recipe), [*SOLVABLE, "sft.steps=5", "train.steps=1", "eval.samples=0"], Reporter(enabled=False), out=str(out))
+    page = (out / REPORT).read_text()
+    assert "<a href='01-cold/report.html'>cold</a>" in page and "<a href='02-rl/report.html'>rl</a>" in page
+    assert (out / "01-cold" / REPORT).is_file() and "id='fig-recipe'" in page
+
+
+def _browser():
+    if CHROMIUM is None:
+        if NEEDS_BROWSER:
+            pytest.fail("CI must have chromium (make install runs `apt-get install chromium`)")
+        pytest.skip("no chromium on this machine (Debian: apt-get install chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        if NEEDS_BROWSER:
+            pytest.fail("CI must have playwright (the test extra)")
+        pytest.skip("playwright is not installed (pip install rlvr[test])")
+    return sync_playwright, CHROMIUM
+
+
+# The flags a root CI machine without network needs (the probe's): no sandbox, no background connections.
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+
+
+def test_the_report_works_in_a_real_browser(reported_run, tmp_path):
+    sync_playwright, chromium = _browser()
+    run_dir, _ = reported_run
+    copy = tmp_path / "browse"
+    shutil.copytree(run_dir, copy, ignore=shutil.ignore_patterns("checkpoints", "model", "sft", "init"))
+    with (copy / "samples.jsonl").open("a") as fh:  # markup in a completion must show as text, never run
+        fh.write(json.dumps({"step": 8, "prompt": "9+9=", "completion": "<img src=x onerror=alert(1)>\\boxed{18}", "answer": "18",
+                             "reward": 1.0, "advantage": 0.1}) + "\n")
+    page_path = write_report([copy])
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1200, "height": 900})
+            problems: list[str] = []
+            page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: problems.append(str(e)))
+            page.on("dialog", lambda d: (problems.append(f"dialog: {d.message}"), d.dismiss()))
+            page.on("request", lambda r: problems.append(f"request: {r.url}") if not r.url.startswith(("file:", "data:")) else None)
+            page.goto(page_path.as_uri())
+            page.wait_for_load_state("load")
+            assert problems == []
+            figures = page.query_selector_all("figure.plot")
+            assert len(figures) >= 6
+            for figure in figures:  # each plot rendered: an SVG with a real size and drawn paths
+                box = figure.query_selector("svg").bounding_box()
+                assert box and box["width"] > 300 and box["height"] > 150, figure.get_attribute("id")
+                assert len(figure.query_selector_all("svg path")) > 10, figure.get_attribute("id")
+            rows = page.locator("#samples tbody tr")
+            total = rows.count()
+            assert total > 20 and page.locator("#sample-count").inner_text() == f"{total} of {total} shown"
+            page.fill("#sample-search", "onerror")  # the planted row, found by its text
+            visible = page.locator("#samples tbody tr:not([hidden])")
+            assert visible.count() == 1 and "<img src=x onerror=alert(1)>" in visible.inner_text()
+            assert page.locator("#sample-count").inner_text() == f"1 of {total} shown"
+            page.fill("#sample-search", "")
+            page.select_option("#sample-verdict", "full")
+            full = page.locator("#samples tbody tr:not([hidden])").count()
+            assert 0 < full < total and all(v == "full" for v in page.locator("#samples tbody tr:not([hidden])").evaluate_all(
+                "rows => rows.map(r => r.dataset.verdict)"))
+            page.screenshot(path=str(tmp_path / "report.png"), full_page=False)
+            assert problems == []
+        finally:
+            browser.close()
