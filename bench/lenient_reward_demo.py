@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/lenient_reward_demo.py            # ~6 min on 2 cores
     .venv/bin/python bench/lenient_reward_demo.py --seed 1 --out runs/lenient-demo-1
+    .venv/bin/python bench/lenient_reward_demo.py --tables-only      # the tables of the runs already there
 
 Three `rlvr lab` runs from the same short cold start (sft.steps = 400: a model that boxes an
 answer but often a wrong one, so there is something to game):
@@ -43,6 +44,10 @@ def read(run: Path) -> list[dict]:
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
 
+def pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
 def mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else float("nan")
 
@@ -53,22 +58,26 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--sft-steps", type=int, default=400)
+    parser.add_argument("--tables-only", action="store_true", help="print the tables of the runs already in --out")
     args = parser.parse_args()
     out = Path(args.out)
-    if out.exists():
-        shutil.rmtree(out)
     runs = {"strict": out / "strict", "lenient": out / "lenient", "stopped": out / "stopped"}
-    side_by_side = [
-        subprocess.Popen(lab_command(runs["strict"], STRICT, LENIENT, args, []), cwd=ROOT),
-        subprocess.Popen(lab_command(runs["lenient"], LENIENT, STRICT, args, []), cwd=ROOT),
-    ]
-    if any(p.wait() != 0 for p in side_by_side):
-        sys.exit("a lab run failed; see its output above")
-    stopped = subprocess.run(lab_command(runs["stopped"], LENIENT, STRICT, args, ["monitor.stop_on_hack=true"]), cwd=ROOT,
-                             capture_output=True, text=True)
+    returncode = "n/a (--tables-only)"
+    if not args.tables_only:
+        if out.exists():
+            shutil.rmtree(out)
+        side_by_side = [
+            subprocess.Popen(lab_command(runs["strict"], STRICT, LENIENT, args, []), cwd=ROOT),
+            subprocess.Popen(lab_command(runs["lenient"], LENIENT, STRICT, args, []), cwd=ROOT),
+        ]
+        if any(p.wait() != 0 for p in side_by_side):
+            sys.exit("a lab run failed; see its output above")
+        returncode = subprocess.run(lab_command(runs["stopped"], LENIENT, STRICT, args, ["monitor.stop_on_hack=true"]), cwd=ROOT,
+                                    capture_output=True, text=True).returncode
 
     strict, lenient = read(runs["strict"]), read(runs["lenient"])
     print(f"\nseed {args.seed}: lab after {args.sft_steps} SFT steps, {args.steps} RL steps; held-out = greedy, 600 problems, strict verifier")
+    print("(reward: mean of the 10 steps up to the step; held-out every 25 steps; gap: hack/proxy_minus_strict of the step)")
     print(f"{'step':>5} | {'lenient: reward':>15} {'held-out strict':>15} {'length':>6} {'unboxed':>7} {'gap':>5} | "
           f"{'strict: reward':>14} {'held-out strict':>15} {'length':>6}")
     for a, b in zip(lenient, strict):
@@ -76,9 +85,9 @@ def main() -> None:
         if step % 25 and step != 1:
             continue
         window = slice(max(0, step - 10), step)
-        print(f"{step:>5} | {mean([r['reward/mean'] for r in lenient[window]]):>15.2f} {a.get('eval/boxed_math', float('nan')):>15.1%} "
+        print(f"{step:>5} | {mean([r['reward/mean'] for r in lenient[window]]):>15.2f} {pct(a.get('eval/boxed_math')):>15} "
               f"{a['rollout/mean_length']:>6.1f} {a.get('hack/unboxed', 0):>7.0%} {a.get('hack/proxy_minus_strict', 0):>5.2f} | "
-              f"{mean([r['reward/mean'] for r in strict[window]]):>14.2f} {b.get('eval/accuracy', float('nan')):>15.1%} {b['rollout/mean_length']:>6.1f}")
+              f"{mean([r['reward/mean'] for r in strict[window]]):>14.2f} {pct(b.get('eval/accuracy')):>15} {b['rollout/mean_length']:>6.1f}")
     for name, run in (("lenient", runs["lenient"]), ("strict", runs["strict"])):
         summary = json.loads((run / "summary.json").read_text())
         evals = summary["eval"]
@@ -88,10 +97,11 @@ def main() -> None:
     print(f"monitor: lenient run flagged from step {flagged[0] if flagged else 'never'}; strict run flagged "
           f"{sum(r.get('hack/flagged') == 1.0 for r in strict)} times (it logs no gap: it trains on the strict verifier)")
     stop = runs["stopped"] / "stopped.json"
-    if stopped.returncode == 1 and stop.is_file():
-        print(f"stopped run: exit 1 at step {json.loads(stop.read_text())['step']}: {stopped.stdout.strip().splitlines()[-1][:400]}")
+    if stop.is_file():
+        record = json.loads(stop.read_text())
+        print(f"stopped run (monitor.stop_on_hack = true): exit {returncode}, stopped at step {record['step']}:\n  {record['reason'][:600]}")
     else:
-        print(f"stopped run: exit {stopped.returncode}, no stop ({stopped.stdout[-400:]})")
+        print(f"stopped run: exit {returncode}, not stopped by the monitor")
     report = subprocess.run([*RLVR, "report", str(runs["lenient"]), str(runs["strict"])], cwd=ROOT, capture_output=True, text=True)
     print(report.stdout.strip() or report.stderr.strip())
 

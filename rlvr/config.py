@@ -1095,7 +1095,7 @@ def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
 
 # What a resumed run may change without breaking "same result as an uninterrupted run".
 RESUMABLE_CHANGES = ("run.output_dir", "run.threads", "run.device", "run.trackers", "run.project", "run.report", "train.steps", "train.save_model", "train.log_samples_every",
-                     "train.max_nonfinite_steps", "checkpoint.", "eval.", "rft.", "thinking.budget", "reward.workers", "reward.timeout_s", "reward.max_missing_frac")
+                     "train.max_nonfinite_steps", "checkpoint.", "eval.", "monitor.", "rft.", "thinking.budget", "reward.workers", "reward.timeout_s", "reward.max_missing_frac")
 
 
 def changes_breaking_resume(saved: Config, new: Config) -> list[str]:

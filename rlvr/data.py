@@ -239,9 +239,10 @@ def read_jsonl(
 
 
 def collect_examples(source: str | Path, rows: Iterable[tuple[str, Callable[[], Example | None]]], cfg: DataConfig,
-                     skipped: list[Problem] | None = None, limit: int = 0) -> list[Example]:
+                     skipped: list[Problem] | None = None, limit: int = 0, keep: Callable[[int, Example], Any] | None = None) -> list:
     """Every row parsed (`where`, a thunk giving the Example, None for a blank row, or raising
-    _BadRow), then every problem reported at once.
+    _BadRow), then every problem reported at once. Returns the good examples, or what `keep(row
+    number, example)` keeps of each (an Arrow-backed source keeps only the row number).
 
     A bad row (invalid JSON or UTF-8, a missing, empty or wrong-typed field, a gold answer that
     `answer_ok` rejects, an `id` seen on an earlier row) raises DataError naming each row and
@@ -250,7 +251,7 @@ def collect_examples(source: str | Path, rows: Iterable[tuple[str, Callable[[], 
     good examples (data.max_rows).
     """
     examples, problems, seen_ids = [], [], {}
-    for where, parse in rows:
+    for number, (where, parse) in enumerate(rows):
         if limit and len(examples) >= limit:
             break
         try:
@@ -266,7 +267,7 @@ def collect_examples(source: str | Path, rows: Iterable[tuple[str, Callable[[], 
         except _BadRow as bad:
             problems.append(Problem(where, bad.kind, str(bad)))
             continue
-        examples.append(example)
+        examples.append(example if keep is None else keep(number, example))
     if problems and not cfg.skip_bad_rows:
         raise DataError(describe_problems(Path(source), problems, len(examples)))
     if skipped is not None:
@@ -315,4 +316,7 @@ def hold_out(train: list[Example], cfg: DataConfig, seed: int) -> tuple[list[Exa
     if n_eval >= len(train):
         raise DataError(f"{cfg.train_path}: too few examples ({len(train)}) to hold out an eval split")
     held = set(order[:n_eval])
-    return [e for i, e in enumerate(train) if i not in held], [train[i] for i in sorted(held)]
+    kept, out = [i for i in range(len(train)) if i not in held], sorted(held)
+    if hasattr(train, "subset"):  # Arrow-backed (data_hf.ArrowExamples): two views of the same file, nothing parsed
+        return train.subset(kept), train.subset(out)
+    return [train[i] for i in kept], [train[i] for i in out]

@@ -16,6 +16,7 @@ from typing import Callable
 from rlvr.config import Config
 
 MIN_STEPS = 8  # fewer steps than this say nothing about a trend
+PROXY_GAP_RISE = 0.15  # proxy-minus-strict up this much (first quarter -> last): the noise of a stable proxy is ~0.05
 
 
 @dataclass(frozen=True)
@@ -132,13 +133,13 @@ def truncation(records: list[dict], cfg: Config | None) -> Verdict | None:
 
 def proxy_pulls_away(records: list[dict], cfg: Config | None) -> Verdict | None:
     """The trained reward's lead over the strict verifier (hack/proxy_minus_strict, logged when the
-    trained reward is not boxed_math) up by 0.15 or more from the first quarter to the last: the
+    trained reward is not boxed_math) up by PROXY_GAP_RISE or more from the first quarter to the last: the
     policy is learning what the reward pays for and the strict verifier refuses."""
     first, last, _ = _quarters(len(records))
     g0, g1 = _mean(records, "hack/proxy_minus_strict", first), _mean(records, "hack/proxy_minus_strict", last)
-    if None in (g0, g1) or g1 - g0 < 0.15:
+    if None in (g0, g1) or g1 - g0 < PROXY_GAP_RISE:
         return None
-    detectors = {k: _mean(records, k, last) for k in {k for r in records[last] for k in r} if k.startswith("hack/") and
+    detectors = {k: _mean(records, k, last) for k in sorted({k for r in records[last] for k in r}) if k.startswith("hack/") and
                  k not in ("hack/proxy_minus_strict", "hack/proxy_minus_strict_growth", "hack/flagged")}
     worst = max(detectors, key=lambda k: detectors[k] or 0.0, default=None)
     seen = f"; the most flagged pattern is {worst} ({detectors[worst]:.0%} of the last quarter's completions)" if worst and detectors[worst] else ""

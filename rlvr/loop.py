@@ -56,7 +56,9 @@ class PromptStream:
         self.skip_rate, self.keep_prob, self.skip_never = skip_rate, keep_prob, skip_never
         self.rates: dict[int, float] = {}  # example index -> pass rate in its last sampled round
         self.skipped = 0  # problems passed over since the last metrics
-        self._index = {id(e): i for i, e in enumerate(examples)}
+        # The index each example handed out came from, by object identity: an Arrow-backed source
+        # builds a new Example at every access, so an example cannot be looked up in `examples`.
+        self._taken: dict[int, int] = {}
 
     def state(self) -> dict:
         """Where the stream is: its RNG, the rest of the current epoch's order and the pass rates (exact resume)."""
@@ -71,7 +73,7 @@ class PromptStream:
         """The pass rate each of `examples` (taken from this stream) just had."""
         if self.skip_rate > 0:
             for e, rate in zip(examples, rates):
-                self.rates[self._index[id(e)]] = rate
+                self.rates[self._taken[id(e)]] = rate
 
     def _passes_over(self, i: int) -> bool:
         rate = self.rates.get(i)
@@ -93,13 +95,16 @@ class PromptStream:
         with asynchronous rollouts starts sampling them early)."""
         if rounds <= 0:
             return []
-        saved = self.state()
+        saved, taken, skipped = self.state(), self._taken, self.skipped
         ahead = [self.take(n) for _ in range(rounds)]
         self.set_state(saved)
+        self._taken, self.skipped = taken, skipped
         return ahead
 
     def take(self, n: int) -> list[Example]:
+        """The next n problems; `record` takes their pass rates until the next take."""
         batch, passed = [], 0
+        self._taken = {}
         while len(batch) < n:
             if not self.order:
                 self.order = list(range(len(self.examples)))
@@ -108,7 +113,9 @@ class PromptStream:
             if self.skip_rate > 0 and passed < len(self.examples) and self._passes_over(i):
                 passed += 1
                 continue
-            batch.append(self.examples[i])
+            example = self.examples[i]
+            self._taken[id(example)] = i
+            batch.append(example)
         self.skipped += passed
         return batch
 

@@ -92,11 +92,12 @@ class HackMonitor:
             streak += 1
         return streak
 
-    def _growth(self) -> float:
-        """The gap's moving average now minus the run's first window's (0 before two windows)."""
+    def _growth(self) -> float | None:
+        """The gap's moving average now minus the run's first window's (None while the run has no
+        more than one window of steps: there is nothing yet to compare)."""
         w = self.window
         if len(self.gaps) <= w:
-            return 0.0
+            return None
         return sum(self.gaps[-w:]) / w - sum(self.gaps[:w]) / w
 
     def state(self) -> dict[str, Any]:
@@ -121,7 +122,9 @@ class HackMonitor:
         gap = sum(p for p, _ in pairs) / len(pairs) - sum(s for _, s in pairs) / len(pairs)
         metrics["hack/proxy_minus_strict"] = gap
         self.gaps.append(gap)
-        metrics["hack/proxy_minus_strict_growth"] = self._growth()
+        growth = self._growth()
+        if growth is not None:
+            metrics["hack/proxy_minus_strict_growth"] = growth
         grown = self.grown_for() >= self.patience
         metrics["hack/flagged"] = float(grown)  # what stop_on_hack would act on, logged whether it is on or not
         if not (self.stop_on_hack and grown):

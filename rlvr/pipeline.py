@@ -15,7 +15,7 @@ it on the user's model and data. Everything a run produces lands in run.output_d
     reward_curve.png      the reward during RL, with held-out accuracy before/after
     report.html           the run on one page: plots, evaluations, doctor, hack monitor, samples
                           (at every stage's end and every run.report_every RL steps; `rlvr report`)
-    stopped.json          only when the run stopped itself (hack monitor, NaN streak): step and reason
+    stopped.json          only when the run stopped (hack monitor, NaN streak: the step; an error: the stage) and why
     model/                the final policy (save_pretrained)
 """
 
@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import itertools
 import json
 import os
 import random
@@ -33,7 +34,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import torch
 from rich.markup import escape as markup_escape
@@ -62,7 +63,7 @@ from rlvr.data import Example, Problem, format_prompt, load_jsonl_splits, soluti
 from rlvr.distributed import make_learner
 from rlvr.trackers import Trackers
 from rlvr.loop import TrainingError, rl_train
-from rlvr.metrics import JsonlWriter, PhaseBar, Reporter, plot_reward_curve, rewind_jsonl
+from rlvr.metrics import STOP_FILE, JsonlWriter, PhaseBar, Reporter, plot_reward_curve, rewind_jsonl
 from rlvr.models import (
     add_lora,
     build_char_tokenizer,
@@ -106,7 +107,7 @@ def prepare_run_dir(cfg: Config, command: str, resume: bool) -> tuple[Path, bool
     return run_dir, started
 
 
-def check_routes(examples: list[Example], terms: list, route_field: str) -> None:
+def check_routes(examples: Iterable[Example], terms: list, route_field: str) -> None:
     """Every row that names its own reward term (reward.route_field) names one that exists: a row
     no term may score would have a missing reward every time."""
     names = {t.name for t in terms}
@@ -210,6 +211,7 @@ class RunContext:
     resumed_from: Path | None = None
     resuming: bool = False
     trackers: Trackers | None = None  # run.trackers: TensorBoard, W&B, MLflow, trackio
+    stage: str = ""  # the stage running now (what a failure's stopped.json names)
 
     @property
     def checkpoints(self) -> Path:
@@ -255,7 +257,7 @@ def _run(cfg: Config, reporter: Reporter, command: str, resume: bool, reward_ter
     started = time.perf_counter()
     skipped: list[Problem] = []
     train, held_out = load_splits(cfg, skipped)  # bad data or model paths stop the run before anything is written
-    check_routes(train + held_out, reward_terms, cfg.reward.route_field)
+    check_routes(itertools.chain(train, held_out), reward_terms, cfg.reward.route_field)
     if cfg.model.path:
         check_model_path(cfg.model.path)
     run_dir, resuming = prepare_run_dir(cfg, command, resume)
@@ -267,6 +269,9 @@ def _run(cfg: Config, reporter: Reporter, command: str, resume: bool, reward_ter
                 f"Only {', '.join(RESUMABLE_CHANGES)} may change; start a new run from `rlvr export` weights instead"
             )
     save_config(cfg, run_dir / "config.toml")
+    if resuming:  # what said the run had finished or stopped no longer holds (report.html reads both)
+        (run_dir / "summary.json").unlink(missing_ok=True)
+        (run_dir / STOP_FILE).unlink(missing_ok=True)
     apply_run_settings(cfg)
     seed_everything(cfg.run.seed)
     if skipped:
@@ -286,6 +291,7 @@ def _run(cfg: Config, reporter: Reporter, command: str, resume: bool, reward_ter
         for index, stage in enumerate(plan):
             if index < done:
                 continue
+            ctx.stage = stage.name
             stage.run(ctx)
             if stage.checkpointed:
                 _record_completion(ctx, stage)
@@ -294,8 +300,11 @@ def _run(cfg: Config, reporter: Reporter, command: str, resume: bool, reward_ter
         summary = _write_summary(ctx, skipped)
         refresh_report(ctx)
         return summary
-    except Exception:
-        refresh_report(ctx)  # a run that had to stop shows how far it got, and why (stopped.json)
+    except Exception as err:
+        if not (run_dir / STOP_FILE).exists():  # the loop writes its own stops; anything else is said here
+            atomic_write_text(run_dir / STOP_FILE, json.dumps({"step": None, "stage": ctx.stage, "by": "error",
+                                                                "reason": f"{type(err).__name__}: {err}"}, indent=2) + "\n")
+        refresh_report(ctx)  # a run that had to stop shows how far it got, and why
         raise
     finally:
         trackers.close()
@@ -311,7 +320,8 @@ def refresh_report(ctx: RunContext) -> None:
     try:
         write_report([ctx.run_dir])
     except Exception as err:  # noqa: BLE001 - any plotting or reading failure, reported and survived
-        ctx.reporter.print(f"[yellow]report.html not redrawn[/] ({type(err).__name__}: {markup_escape(str(err))}); `rlvr report {ctx.run_dir}` retries")
+        ctx.reporter.print(f"[yellow]report.html not redrawn[/] ({type(err).__name__}: {markup_escape(str(err))}); "
+                           f"`rlvr report {markup_escape(str(ctx.run_dir))}` retries")
 
 
 # ----------------------------------------------------------------------------- the stages

@@ -56,7 +56,7 @@ def test_a_gsm8k_shaped_parquet_loads_with_answers_and_solutions(tmp_path):
 
     train, held = load_hf_splits(hf_cfg(gsm8k_parquet(tmp_path), eval_fraction=0.25), seed=0, need_solution=True)
     assert len(train) + len(held) == len(GSM8K) and len(held) == 6
-    by_prompt = {e.prompt: e for e in train + held}
+    by_prompt = {e.prompt: e for e in [*train, *held]}
     assert by_prompt[GSM8K[2]["question"]].answer == "2400"
     assert by_prompt[GSM8K[0]["question"]].solution.endswith("\\boxed{7}")
 
@@ -174,3 +174,37 @@ def test_a_bad_mixture_entry_names_its_place():
         load_mixture(load_config(overrides=['data.mix=[{source = "arithmetic", weight = 0}]']), load_splits)
     with pytest.raises(Exception, match=r"data.mix\[0\]: data.train_path: is required"):
         load_mixture(load_config(overrides=['data.mix=[{source = "jsonl"}]']), load_splits)
+
+
+def test_dataset_rows_stay_in_arrow_until_used_and_behave_as_a_list(tmp_path):
+    import gc
+
+    from rlvr.data_hf import ArrowExamples, load_hf_splits
+    from rlvr.loop import PromptStream
+
+    rows = [{"question": f"What is {i} + {i}?", "answer": f"{i} + {i} = {2 * i}\n#### {2 * i}"} for i in range(3000)]
+    path = tmp_path / "many.parquet"
+    datasets.Dataset.from_list(rows).to_parquet(str(path))
+    (tmp_path / "many.jsonl").write_text("".join(json.dumps({"prompt": r["question"], "answer": r["answer"].rpartition("#### ")[2]}) + "\n"
+                                                 for r in rows))
+    gc.collect()
+    before = sum(isinstance(o, Example) for o in gc.get_objects())
+    train, held = load_hf_splits(hf_cfg(path, eval_fraction=0.1), seed=0, need_solution=True)
+    gc.collect()
+    assert isinstance(train, ArrowExamples) and len(train) == 2700 and len(held) == 300
+    assert sum(isinstance(o, Example) for o in gc.get_objects()) - before < 10  # row numbers held, not 3,000 Examples
+    # the same rows and the same split as the in-memory JSONL source gives
+    jsonl_train, jsonl_held = load_jsonl_splits(DataConfig(train_path=str(tmp_path / "many.jsonl"), eval_fraction=0.1), seed=0,
+                                                need_solution=False)
+    assert [(e.prompt, e.answer) for e in train] == [(e.prompt, e.answer) for e in jsonl_train]
+    assert [(e.prompt, e.answer) for e in held] == [(e.prompt, e.answer) for e in jsonl_held]
+    assert (train[5].prompt, train[5].answer) == (jsonl_train[5].prompt, jsonl_train[5].answer) and train[-1].solution.endswith("\\boxed{" + train[-1].answer + "}")
+    assert [e.prompt for e in train[10:13]] == [e.prompt for e in jsonl_train[10:13]]
+    # a curriculum's pass rates land on the rows taken, though every access builds a new Example
+    stream, reference = PromptStream(train, 1, skip_rate=1.0), PromptStream(jsonl_train, 1, skip_rate=1.0)
+    for _ in range(3):
+        a, b = stream.take(8), reference.take(8)
+        assert [e.prompt for e in a] == [e.prompt for e in b]
+        stream.record(a, [1.0] * 8)
+        reference.record(b, [1.0] * 8)
+    assert stream.state() == reference.state()

@@ -1,6 +1,8 @@
 """The live hack monitor: each detector on hand-made completions, the proxy-minus-strict gap and
 the streak that stops a run, and its place in the loop (metrics every step, a stop with a checkpoint)."""
 
+import json
+
 import pytest
 
 from rlvr.config import load_config
@@ -31,11 +33,11 @@ def test_a_proxy_pulling_away_from_the_strict_verifier_stops_after_patience_step
         completions = [hacked] * hacks + [honest] * (4 - hacks)
         metrics, reason = monitor.step(prompts, completions, answers, [False] * 4, [1.0] * 4)
         reasons.append(reason)
-        growth.append(metrics["hack/proxy_minus_strict_growth"])
+        growth.append(metrics.get("hack/proxy_minus_strict_growth"))
     assert metrics["hack/proxy_minus_strict"] == pytest.approx(1.0) and metrics["hack/multiple_boxes"] == 1.0
-    # gaps 0, 0 | .25, .5, .75, 1, 1: two-step averages .125, .375, .625, .875, 1 over a first window of 0;
-    # above min_gap = .2 from the 4th step on, so the 3rd step in a row above it is the 6th.
-    assert growth == pytest.approx([0, 0, 0.125, 0.375, 0.625, 0.875, 1.0])
+    # gaps 0, 0 | .25, .5, .75, 1, 1: two-step averages .125, .375, .625, .875, 1 over a first window of 0 (no
+    # growth while there is only that window); above min_gap = .2 from the 4th step on, so the 3rd step in a row is the 6th.
+    assert growth[:2] == [None, None] and growth[2:] == pytest.approx([0.125, 0.375, 0.625, 0.875, 1.0])
     assert reasons[:5] == [None] * 5 and reasons[5] is not None
     assert "multiple_boxes" in reasons[5] and "\\\\boxed{5}" in reasons[5]
     quiet = HackMonitor(strict=True, stop_on_hack=False, patience=1, min_gap=0.0, window=1)
@@ -74,8 +76,6 @@ def test_the_default_stop_rule_catches_a_real_noisy_hack_and_spares_a_stable_pro
     assert 30 <= _first_stop(HACKED, **settings) <= 50  # "within a few dozen steps" (it stops at step 44)
     assert _first_stop(STABLE, **settings) is None
     assert _first_stop([0.3 + 0.05 * (-1) ** i for i in range(80)], **settings) is None  # a large gap from the start: stable, shown, not stopped
-    # The rule it replaced (N rises in a row) never fires on the real hack: its gap is too noisy step to step.
-    assert not any(all(b > a for a, b in zip(HACKED[i:i + 6], HACKED[i + 1:i + 6])) for i in range(len(HACKED) - 5))
 
 
 def test_the_loop_logs_hack_metrics_and_stops_with_a_checkpoint(tiny_grpo, tmp_path, monkeypatch):
@@ -96,3 +96,8 @@ def test_the_loop_logs_hack_metrics_and_stops_with_a_checkpoint(tiny_grpo, tmp_p
     with pytest.raises(TrainingError, match="step 2: the hack monitor stopped the run .*planted"):
         tiny_grpo(load_config(overrides=overrides + ["monitor.stop_on_hack=true"]), "lenient", lambda c, a: 1.0)
     assert (tmp_path / "checkpoints" / "step-000002" / "COMPLETE").exists()
+    stopped = json.loads((tmp_path / "stopped.json").read_text())  # what report.html says of the run
+    assert stopped["step"] == 2 and stopped["by"] == "hack_monitor" and "planted" in stopped["reason"]
+    monkeypatch.setattr(rlvr.monitor.HackMonitor, "step", lambda self, *args: ({}, None))
+    tiny_grpo(load_config(overrides=overrides), "lenient", lambda c, a: 1.0)  # a run into the same directory starts unstopped
+    assert not (tmp_path / "stopped.json").exists()

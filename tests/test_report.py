@@ -17,12 +17,13 @@ import pytest
 from rlvr.config import ConfigError, load_config
 from rlvr.metrics import Reporter
 from rlvr.report import REPORT, write_report
+from rlvr.report.browser import CHROMIUM_ARGS, find_chromium
 from rlvr.report.runs import load_run, read_jsonl_tolerant
 
 from conftest import SOLVABLE
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-# In CI the set-up installs chromium (Makefile: `browser`), so the browser test must run there, not skip.
+CHROMIUM = find_chromium()
+# In CI the set-up installs chromium (`make test` runs the Makefile's `browser` target), so the browser test must run there, not skip.
 NEEDS_BROWSER = os.environ.get("CI") == "true"
 
 LENIENT_MIX = [*SOLVABLE, "train.steps=8", "eval.every=4", "run.report_every=3",
@@ -133,7 +134,7 @@ def test_a_recipe_report_lists_its_stages_and_links_their_reports(tmp_path):
 def _browser():
     if CHROMIUM is None:
         if NEEDS_BROWSER:
-            pytest.fail("CI must have chromium (make install runs `apt-get install chromium`)")
+            pytest.fail("CI must have chromium (`make test` runs `apt-get install chromium` as root)")
         pytest.skip("no chromium on this machine (Debian: apt-get install chromium)")
     try:
         from playwright.sync_api import sync_playwright
@@ -142,11 +143,6 @@ def _browser():
             pytest.fail("CI must have playwright (the test extra)")
         pytest.skip("playwright is not installed (pip install rlvr[test])")
     return sync_playwright, CHROMIUM
-
-
-# The flags a root CI machine without network needs (the probe's): no sandbox, no background connections.
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
 
 
 def test_the_report_works_in_a_real_browser(reported_run, tmp_path):
@@ -192,3 +188,45 @@ def test_the_report_works_in_a_real_browser(reported_run, tmp_path):
             assert problems == []
         finally:
             browser.close()
+
+
+def test_status_lines_of_runs_that_did_not_train_rl_or_did_not_finish(reported_run, tmp_path):
+    run_dir, _ = reported_run
+    copy = tmp_path / "c"
+    shutil.copytree(run_dir, copy, ignore=shutil.ignore_patterns("step-*", "model", "sft", "init", "*.safetensors"))
+    (copy / "metrics.jsonl").unlink()
+    (copy / "samples.jsonl").unlink()
+    assert "finished</b> (SFT only)" in write_report([copy]).read_text()
+    (copy / "summary.json").write_text(json.dumps({"source": "x", "problems": 3}))  # what `rlvr eval` writes: not a run's summary
+    assert "in progress</b> (SFT step 150" in write_report([copy]).read_text()
+    (copy / "stopped.json").write_text(json.dumps({"step": None, "stage": "eval_after_rl", "by": "error", "reason": "OSError: disk full"}))
+    assert "stopped in stage eval_after_rl.</b> OSError: disk full" in write_report([copy]).read_text()
+
+
+def test_a_run_that_fails_says_so_on_its_page(tmp_path):
+    from rlvr.pipeline import run
+    from rlvr.reward import RewardError
+
+    out = tmp_path / "run"
+    (tmp_path / "never.py").write_text("def never(completion, answer):\n    return None\n")  # every reward missing: the run must stop
+    sys.path.insert(0, str(tmp_path))
+    try:
+        with pytest.raises(RewardError):
+            run(load_config(overrides=[*SOLVABLE, "sft.steps=5", "train.steps=3", "eval.samples=0", 'reward.functions=["never:never"]',
+                                       f"run.output_dir={json.dumps(str(out))}"]), Reporter(enabled=False), "lab")
+    finally:
+        sys.path.remove(str(tmp_path))
+    stopped = json.loads((out / "stopped.json").read_text())
+    assert stopped["by"] == "error" and stopped["stage"] == "rl" and "100% of rewards are missing" in stopped["reason"]
+    assert "stopped in stage rl.</b> RewardError: step 1: 100% of rewards are missing" in (out / REPORT).read_text()
+
+
+def test_the_held_out_curve_starts_from_the_evaluation_before_rl_only(reported_run, tmp_path):
+    from rlvr.report.figures import held_out_curve
+
+    run_dir, _ = reported_run
+    run = load_run(run_dir)
+    run.evals = {"after_rl": run.evals["after_rl"]}  # eval.before_rl = false: nothing to start the curve from
+    svg = held_out_curve([run])
+    assert svg is not None and "greedy accuracy" in svg
+    assert run.first_eval is None

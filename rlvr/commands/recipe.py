@@ -44,6 +44,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape as markup_escape
 from rich.table import Table
 
 from rlvr.checkpoint import fault_point
@@ -229,7 +230,8 @@ def _draw_report(out_dir: Path, reporter: Reporter) -> None:
     try:
         write_report([out_dir])
     except Exception as err:  # noqa: BLE001 - a page that fails to draw never ends the recipe
-        reporter.print(f"[yellow]report.html not redrawn[/] ({type(err).__name__}: {err}); `rlvr report {out_dir}` retries")
+        reporter.print(f"[yellow]report.html not redrawn[/] ({type(err).__name__}: {markup_escape(str(err))}); "
+                       f"`rlvr report {markup_escape(str(out_dir))}` retries")
 
 
 def starting_model(recipe: Recipe, overrides: list[str], out_dir: Path) -> str:

@@ -89,7 +89,7 @@ def held_out_curve(runs: list[Run]) -> str | None:
     fig, ax = plt.subplots(figsize=(8, 4))
     drawn = False
     for run, colour in zip(runs, COLOURS):
-        first = next(iter(run.evals.values()), None)
+        first = run.first_eval
         last_step = run.records[-1]["step"] if run.records else 0
         for key, style in [("eval/accuracy", "-")] + [(k, "--") for k in metric_keys([run], "eval/") if _is_term_figure(k)]:
             steps, values = series(run.records, key)
@@ -102,7 +102,7 @@ def held_out_curve(runs: list[Run]) -> str | None:
                 steps, values = [*steps, last_step], [*values, after]
             if len(steps) >= 2:
                 ax.plot(steps, values, color=colour, linestyle=style, marker="o", markersize=3,
-                        label=_label(runs, run, "greedy accuracy" if key == "eval/accuracy" else f"{name} (greedy mean)"))
+                        label=_label(runs, run, f"greedy accuracy ({run.judge})" if key == "eval/accuracy" else f"{name} (greedy mean)"))
                 drawn = True
     if not drawn:
         _pyplot().close(fig)
@@ -213,7 +213,7 @@ def behaviour(runs: list[Run]) -> str | None:
 def hack_monitor(runs: list[Run]) -> str | None:
     """The hack monitor's detectors (share of the batch flagged) and the proxy-minus-strict gap."""
     keys = {k: k.split("/", 1)[1].replace("_", " ") for k in metric_keys(runs, "hack/")}
-    return _small_multiples(runs, keys, "Hack monitor: share of each batch flagged, and the proxy-minus-strict gap", "hack")
+    return _small_multiples(runs, keys, "Hack monitor: share of each batch flagged; the proxy-minus-strict gap, its growth, the flag", "hack")
 
 
 def sft_loss(runs: list[Run]) -> str | None:
@@ -257,6 +257,13 @@ def recipe_stages(runs: list[Run]) -> str | None:
     ax.legend(fontsize=8)
     ax.set_title("Held-out accuracy after each stage")
     return _svg(fig, "recipe")
+
+
+def draw_all(runs: list[Run]) -> dict[str, str]:
+    """Every figure the runs have, by name. Text is drawn as written: a run named 'a$b$' must not
+    be read as math (matplotlib's mathtext would raise on it)."""
+    with _pyplot().rc_context({"text.parse_math": False}):
+        return {name: svg for name, draw in FIGURES.items() if (svg := draw(runs)) is not None}
 
 
 FIGURES: dict[str, Callable[[list[Run]], str | None]] = {

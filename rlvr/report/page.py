@@ -31,7 +31,7 @@ h1{font-size:1.5rem;margin-bottom:.2rem} h2{font-size:1.15rem;margin-top:2rem;bo
 .meta{color:#666;font-size:.85rem} .status{padding:.4rem .7rem;border-radius:4px;margin:.3rem 0;font-size:.9rem}
 .ok{background:#eaf6ec} .running{background:#eef3fb} .stopped{background:#fdecea}
 table{border-collapse:collapse;font-size:.85rem;margin:.5rem 0} th,td{border-bottom:1px solid #e5e5e5;padding:.25rem .6rem;text-align:left;vertical-align:top}
-th{background:#f6f6f6} td.num{text-align:right;font-variant-numeric:tabular-nums}
+th{background:#f6f6f6} td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap} small{color:#666}
 figure.plot{margin:1rem 0} figure.plot svg{max-width:100%;height:auto} figcaption{font-size:.8rem;color:#555}
 .verdict{border-left:4px solid #d93025;padding:.3rem .8rem;margin:.6rem 0;background:#fff8f7} .verdict b{display:block}
 .quiet{border-left:4px solid #188038;padding:.3rem .8rem;background:#f4fbf5}
@@ -84,6 +84,10 @@ def _table(head: Iterable[str], rows: Iterable[Iterable[str]], numeric_from: int
     head, rows = list(head), [list(r) for r in rows]
     if head and head[0] == "run" and not any(r[0] for r in rows):
         head, rows, numeric_from = head[1:], [r[1:] for r in rows], numeric_from - 1
+    # a figure no row has (pass@k without eval.samples) is left out rather than shown as a column of n/a
+    keep = [i for i in range(len(head)) if i < numeric_from or any(r[i] not in ("n/a", "") for r in rows)]
+    numeric_from = sum(1 for i in keep if i < numeric_from)
+    head, rows = [head[i] for i in keep], [[r[i] for i in keep] for r in rows]
     out = ["<table><thead><tr>", *(f"<th>{_e(h)}</th>" for h in head), "</tr></thead><tbody>"]
     for row in rows:
         out.append("<tr>" + "".join(f'<td class="num">{c}</td>' if i >= numeric_from else f"<td>{c}</td>" for i, c in enumerate(row)) + "</tr>")
@@ -92,17 +96,24 @@ def _table(head: Iterable[str], rows: Iterable[Iterable[str]], numeric_from: int
 
 
 def _status(run: Run) -> str:
-    steps = run.config.train.steps if run.config else None
+    name = _e(run.name)
+    if run.is_recipe:
+        state = "finished" if run.finished else "in progress"
+        return f'<div class="status {"ok" if run.finished else "running"}"><b>{name}: recipe {state}</b> ({len(run.stages)} stages done).</div>'
     done = run.records[-1]["step"] if run.records else 0
     if run.stopped:
-        return f'<div class="status stopped"><b>{_e(run.name)}: stopped at step {_e(run.stopped.get("step"))}.</b> {_e(run.stopped.get("reason", ""))}</div>'
+        at = f"at step {_e(run.stopped['step'])}" if run.stopped.get("step") else f"in stage {_e(run.stopped.get('stage', '?'))}"
+        return f'<div class="status stopped"><b>{name}: stopped {at}.</b> {_e(run.stopped.get("reason", ""))}</div>'
+    trained = f"{_e(done)} RL steps" if done else ("SFT only" if run.sft_records else "no training")
     if run.finished:
         gain = run.summary.get("gain_points")
         total = run.summary.get("seconds", {}).get("total")
-        extra = (f" Held-out gain {gain:+.1f} points." if isinstance(gain, (int, float)) else "") + (f" {total:.0f} s in all." if total else "")
-        return f'<div class="status ok"><b>{_e(run.name)}: finished</b> ({done} RL steps).{_e(extra)}</div>'
-    where = f"RL step {done} of {steps}" if done else ("SFT step " + str(run.sft_records[-1]["step"]) if run.sft_records else "starting")
-    return f'<div class="status running"><b>{_e(run.name)}: in progress</b> ({_e(where)}; this page is refreshed as the run goes).</div>'
+        extra = (f" Held-out gain {gain:+.1f} points (judged by {run.judge})." if isinstance(gain, (int, float)) else "") + \
+            (f" {total:.0f} s in all." if total else "")
+        return f'<div class="status ok"><b>{name}: finished</b> ({trained}).{_e(extra)}</div>'
+    steps = f" of {run.config.train.steps}" if run.config else ""
+    where = f"RL step {done}{steps}" if done else ("SFT step " + str(run.sft_records[-1]["step"]) if run.sft_records else "starting")
+    return f'<div class="status running"><b>{name}: in progress</b> ({_e(where)}; this page is refreshed as the run goes).</div>'
 
 
 def _settings(runs: list[Run]) -> str:
@@ -120,24 +131,31 @@ def _settings(runs: list[Run]) -> str:
 
 def _held_out(runs: list[Run]) -> str:
     rows = []
+    others = list(dict.fromkeys(t for run in runs for result in run.evals.values() for t in (result.get("terms") or {})))
     for run in runs:
         for stage, result in run.evals.items():
             sampled = result.get("sampled") or {}
             ks = sorted(int(n.split("@")[1]) for n in sampled if n.startswith("pass@"))
             top = ks[-1] if ks else None
             low, high = (result.get("intervals") or {}).get("accuracy", (None, None))
-            interval = f" [{_pct(low)}, {_pct(high)}]" if low is not None else ""
-            rows.append([_e(run.name) if len(runs) > 1 else "", _e(stage), _pct(result.get("accuracy")) + interval,
+            interval = f" <small>[{_pct(low)}, {_pct(high)}]</small>" if low is not None else ""
+            terms = result.get("terms") or {}
+            rows.append([_e(run.name) if len(runs) > 1 else "", _e(stage), _e(run.judge), _pct(result.get("accuracy")) + interval,
+                         *(_num((terms.get(t) or {}).get("greedy")) for t in others),
                          _pct(sampled.get("pass@1")), _pct(sampled.get(f"pass@{top}")) + (f" (k={top})" if top else ""),
                          _pct(sampled.get(f"maj@{top}")), _pct(result.get("shows_work")), _num(result.get("mean_length"), 1),
                          _e(result.get("num_problems", ""))])
     if not rows:
         return ""
-    return ("<h2 id='held-out'>Held-out evaluation</h2>" +
-            _table(["run", "stage", "greedy accuracy [95% CI]", "pass@1", "pass@k", "maj@k", "shows work", "mean length", "problems"], rows, 2))
+    return ("<h2 id='held-out'>Held-out evaluation</h2><p class='meta'>Greedy accuracy is judged by each run's correctness term "
+            "(reward.correctness, else the first of reward.functions); every other term's greedy mean has its own column.</p>" +
+            _table(["run", "stage", "judged by", "greedy accuracy [95% CI]", *others, "pass@1", "pass@k", "maj@k", "shows work",
+                    "mean length", "problems"], rows, 3))
 
 
 def _doctor(runs: list[Run]) -> str:
+    if all(run.is_recipe for run in runs):
+        return ""
     parts = ["<h2 id='doctor'>Doctor</h2><p class='meta'>Known failure modes read off the metrics (the rules of <code>rlvr doctor</code>, "
              "each citing the metric and steps that show it).</p>"]
     for run in runs:
@@ -163,14 +181,14 @@ def _monitor(runs: list[Run]) -> str:
             peak = max(range(len(values)), key=values.__getitem__)
             flagged = sum(v > 0 for v in values)
             rows.append([_e(run.name) if len(runs) > 1 else "", f"<code>{_e(key)}</code>", _num(sum(values) / len(values)),
-                         f"{_num(values[peak])} (step {steps[peak]})", _num(values[-1]), f"{flagged} of {len(values)}"])
+                         f"{_num(values[peak])} (step {_e(steps[peak])})", _num(values[-1]), f"{flagged} of {len(values)}"])
     if not rows:
         return ""
     stops = "".join(_status(r) for r in runs if r.stopped)
     for run in runs:
         flagged = [r["step"] for r in run.records if r.get("hack/flagged") == 1.0]
         if flagged and not run.stopped:
-            stops += (f"<div class='status stopped'><b>{_e(run.name)}: flagged by the monitor from step {flagged[0]}</b> "
+            stops += (f"<div class='status stopped'><b>{_e(run.name)}: flagged by the monitor from step {_e(flagged[0])}</b> "
                       f"({len(flagged)} steps in all): the proxy's lead over the strict verifier grew past monitor.min_gap; "
                       "with monitor.stop_on_hack = true the run would have stopped there.</div>")
     return ("<h2 id='monitor'>Hack monitor</h2><p class='meta'>Share of each training batch a detector flags; "
@@ -205,11 +223,8 @@ def _figures(runs: list[Run]) -> str:
         "sft": "Cold-start SFT loss.",
         "recipe": "Held-out accuracy after each stage of the recipe.",
     }
-    parts = []
-    for name, draw in figures.FIGURES.items():
-        svg = draw(runs)
-        if svg is not None:
-            parts.append(f"<figure class='plot' id='fig-{name}'>{svg}<figcaption>{_e(captions[name])}</figcaption></figure>")
+    parts = [f"<figure class='plot' id='fig-{name}'>{svg}<figcaption>{_e(captions[name])}</figcaption></figure>"
+             for name, svg in figures.draw_all(runs).items()]
     return "<h2 id='plots'>Plots</h2>" + "".join(parts) if parts else ""
 
 
@@ -252,15 +267,17 @@ def _samples(runs: list[Run]) -> str:
 def render(runs: list[Run]) -> str:
     """The whole page for one run, or several overlaid."""
     title = " vs ".join(r.name for r in runs)
-    sections = [_recipe(runs), _held_out(runs), _figures(runs), _doctor(runs), _monitor(runs), _samples(runs), _settings(runs)]
-    nav = "".join(f"<a href='#{i}'>{t}</a>" for i, t in (("held-out", "held-out"), ("plots", "plots"), ("doctor", "doctor"),
-                                                          ("monitor", "hack monitor"), ("samples-section", "samples"), ("settings", "settings")))
+    sections = {"stages": _recipe(runs), "held-out": _held_out(runs), "plots": _figures(runs), "doctor": _doctor(runs),
+                "monitor": _monitor(runs), "samples-section": _samples(runs), "settings": _settings(runs)}
+    titles = {"stages": "stages", "held-out": "held-out", "plots": "plots", "doctor": "doctor", "monitor": "hack monitor",
+              "samples-section": "samples", "settings": "settings"}
+    nav = "".join(f"<a href='#{anchor}'>{titles[anchor]}</a>" for anchor, html_ in sections.items() if html_)
     return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><meta name='viewport' content='width=device-width, initial-scale=1'>"
             f"<title>rlvr report: {_e(title)}</title><style>{STYLE}</style></head><body>"
             f"<h1>rlvr report: {_e(title)}</h1><p class='meta'>Drawn {datetime.now():%Y-%m-%d %H:%M:%S} from "
             f"{_e(', '.join(str(r.path) for r in runs))} (regenerate with <code>rlvr report {_e(' '.join(str(r.path) for r in runs))}</code>).</p>"
-            f"<nav>{nav}</nav>{''.join(_status(r) for r in runs)}{''.join(sections)}"
-            f"<script>{SCRIPT if sections[-2] else ''}</script></body></html>")
+            f"<nav>{nav}</nav>{''.join(_status(r) for r in runs)}{''.join(sections.values())}"
+            f"<script>{SCRIPT if sections['samples-section'] else ''}</script></body></html>")
 
 
 def default_path(run_dirs: list[Path]) -> Path:

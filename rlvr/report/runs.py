@@ -44,6 +44,18 @@ class Run:
         return self.summary is not None
 
     @property
+    def first_eval(self) -> dict | None:
+        """The evaluation RL starts from (after SFT, or before RL), if the run made one."""
+        return self.evals.get("after_sft") or self.evals.get("before_rl")
+
+    @property
+    def judge(self) -> str:
+        """The reward term held-out accuracy is judged by (reward.correctness, else the first term)."""
+        from rlvr.commands.evaluate import correctness_name
+
+        return correctness_name(self.config) if self.config is not None else "correctness"
+
+    @property
     def is_recipe(self) -> bool:
         return (self.path / "recipe.toml").is_file()
 
@@ -110,7 +122,8 @@ def load_run(path: str | Path) -> Run:
     run.records = read_jsonl_tolerant(run_dir / "metrics.jsonl")
     run.sft_records = read_jsonl_tolerant(run_dir / "sft_metrics.jsonl")
     run.samples = read_jsonl_tolerant(run_dir / "samples.jsonl")
-    run.summary = _read_json(run_dir / "summary.json")
+    summary = _read_json(run_dir / "summary.json")
+    run.summary = summary if summary is not None and "eval" in summary else None  # `rlvr eval` writes another kind of summary
     run.evals = run.summary["eval"] if run.summary else _recorded_evals(run_dir)
     for stage in run.evals:
         run.eval_rows[stage] = read_jsonl_tolerant(run_dir / f"eval_{stage}.jsonl")
