@@ -205,12 +205,7 @@ def plot_pass_at_k(curves: dict[str, dict[str, Any]], path: str | Path, title: s
     if all_ks:
         ax.set_xscale("log", base=2)
         ax.set_xticks(sorted(all_ks), [str(k) for k in sorted(all_ks)])
-    ax.set_xlabel("k (samples per problem)")
-    ax.set_ylabel("held-out accuracy")
-    ax.set_ylim(-0.02, 1.02)
-    ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
-    ax.set_title(title, fontsize=10)
+    finish_axes(ax, "k (samples per problem)", "held-out accuracy", title, unit=True, legend="lower right")
     _save_figure(fig, path)
 
 
@@ -248,6 +243,17 @@ def plot_thinking_budget(budgets: dict[str, dict[str, Any]], path: str | Path, t
     acc_ax.set_ylim(-0.02, 1.02)
     fig.suptitle(title, fontsize=10)
     _save_figure(fig, path)
+
+
+def finish_axes(ax: Any, xlabel: str, ylabel: str, title: str, *, unit: bool = False, legend: str = "best", fontsize: int = 8) -> None:
+    """The labels, grid, legend and title every single-panel plot shares; `unit`: a 0..1 y axis (accuracies, rates)."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if unit:
+        ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(loc=legend, fontsize=fontsize)
+    ax.set_title(title, fontsize=10)
 
 
 def _save_figure(fig: Any, path: str | Path) -> None:

@@ -12,7 +12,7 @@ import io
 import re
 from typing import Any, Callable
 
-from rlvr.metrics import NOT_TERMS, moving_average
+from rlvr.metrics import NOT_TERMS, finish_axes, moving_average
 from rlvr.report.runs import Run, metric_keys, series
 
 COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown")
@@ -74,11 +74,7 @@ def reward_curve(runs: list[Run]) -> str | None:
                 term_steps, term_values = series(run.records, key)
                 ax.plot(term_steps, moving_average(term_values, window), color=colour, linestyle=style, linewidth=1,
                         label=_label(runs, run, key.split("/", 1)[1]))
-    ax.set_xlabel("RL step")
-    ax.set_ylabel("reward")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="best")
-    ax.set_title("Training reward (per term)")
+    finish_axes(ax, "RL step", "reward", "Training reward (per term)")
     return _svg(fig, "reward")
 
 
@@ -107,12 +103,7 @@ def held_out_curve(runs: list[Run]) -> str | None:
     if not drawn:
         _pyplot().close(fig)
         return None
-    ax.set_xlabel("RL step")
-    ax.set_ylabel("held-out")
-    ax.set_ylim(-0.02, 1.02)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="best")
-    ax.set_title("Held-out problems during RL")
+    finish_axes(ax, "RL step", "held-out", "Held-out problems during RL", unit=True)
     return _svg(fig, "held-out")
 
 
@@ -148,12 +139,7 @@ def pass_at_k(runs: list[Run]) -> str | None:
                 ax.plot(*zip(*points), color=colour, linestyle=style, marker="o", markersize=3, label=_label(runs, run, f"{stage}: {metric}@k"))
     ax.set_xscale("log", base=2)
     ax.set_xticks(sorted(ks_seen), [str(k) for k in sorted(ks_seen)])
-    ax.set_xlabel("k (samples per problem)")
-    ax.set_ylabel("held-out")
-    ax.set_ylim(-0.02, 1.02)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
-    ax.set_title("pass@k and maj@k before and after")
+    finish_axes(ax, "k (samples per problem)", "held-out", "pass@k and maj@k before and after", unit=True, legend="lower right")
     return _svg(fig, "pass-at-k")
 
 
@@ -227,12 +213,8 @@ def sft_loss(runs: list[Run]) -> str | None:
         if values:
             ax.plot(steps, values, color=colour, alpha=0.2, linewidth=0.7)
             ax.plot(steps, moving_average(values, _window(len(values))), color=colour, label=_label(runs, run, "SFT loss"))
-    ax.set_xlabel("SFT step")
-    ax.set_ylabel("cross-entropy (nats/token)")
     ax.set_yscale("log")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    ax.set_title("Cold-start SFT")
+    finish_axes(ax, "SFT step", "cross-entropy (nats/token)", "Cold-start SFT")
     return _svg(fig, "sft")
 
 
@@ -251,11 +233,7 @@ def recipe_stages(runs: list[Run]) -> str | None:
         if any(v is not None for v in pass1):
             ax.plot(names, [float("nan") if v is None else v for v in pass1], color=colour, marker="s", linestyle="--",
                     label=_label(runs, run, "pass@1"))
-    ax.set_ylabel("held-out accuracy")
-    ax.set_ylim(-0.02, 1.02)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    ax.set_title("Held-out accuracy after each stage")
+    finish_axes(ax, "stage", "held-out accuracy", "Held-out accuracy after each stage", unit=True)
     return _svg(fig, "recipe")
 
 
