@@ -315,9 +315,9 @@ def refresh_report(ctx: RunContext) -> None:
     is a warning on the console: it must never be what ends a training run."""
     if not ctx.cfg.run.report:
         return
-    from rlvr.report import write_report
-
     try:
+        from rlvr.report import write_report  # here too: not even a broken install of matplotlib may end the run
+
         write_report([ctx.run_dir])
     except Exception as err:  # noqa: BLE001 - any plotting or reading failure, reported and survived
         ctx.reporter.print(f"[yellow]report.html not redrawn[/] ({type(err).__name__}: {markup_escape(str(err))}); "

@@ -225,9 +225,9 @@ def run_recipe(path: str | None, overrides: list[str], reporter: Reporter, *, ou
 
 def _draw_report(out_dir: Path, reporter: Reporter) -> None:
     """<out>/report.html: the stage table and plot, each stage linked to its own report."""
-    from rlvr.report import write_report
-
     try:
+        from rlvr.report import write_report
+
         write_report([out_dir])
     except Exception as err:  # noqa: BLE001 - a page that fails to draw never ends the recipe
         reporter.print(f"[yellow]report.html not redrawn[/] ({type(err).__name__}: {markup_escape(str(err))}); "
