@@ -185,7 +185,7 @@ def rlvr_overrides(spec: dict, run_dir: Path) -> list[str]:
         "checkpoint.keep_last=1",
         "eval.max_problems=4",  # the pipeline's before/after evaluations: 4 greedy problems, outside the steps
         f"eval.max_new_tokens={spec['max_new_tokens']}",
-    ] + list(spec.get("rlvr_overrides", []))
+    ] + (['reward.functions=["_trainers:even_length"]'] if spec.get("reward") == "even_length" else []) + list(spec.get("rlvr_overrides", []))
 
 
 def run_rlvr(spec: dict, work: Path) -> dict:
@@ -252,6 +252,18 @@ def boxed_math_reward(prompts: list[str], completions: list[str], answer: list[s
     from rlvr.verifiers import boxed_math
 
     return [boxed_math(c, a) for c, a in zip(completions, answer)]
+
+
+def even_length(completion: str, answer: str) -> float:
+    """A timing reward (spec reward = even_length), not a task: 1 for a completion of even length
+    in characters. A real model that never boxes an answer scores 0 on boxed_math everywhere, and
+    rlvr would then skip the update; this gives mixed groups, so both trainers run a full update."""
+    return float(len(completion) % 2 == 0)
+
+
+def even_length_reward(prompts: list[str], completions: list[str], **_: Any) -> list[float]:
+    """`even_length` in TRL's reward signature."""
+    return [even_length(c, "") for c in completions]
 
 
 def trl_config(spec: dict, out_dir: Path):
@@ -331,7 +343,7 @@ def run_trl(spec: dict, work: Path) -> dict:
 
     _logs = logs
     trainer = GRPOTrainer(
-        model=spec["model_dir"], reward_funcs=boxed_math_reward, args=trl_config(spec, work / "trl-out"),
+        model=spec["model_dir"], reward_funcs=even_length_reward if spec.get("reward") == "even_length" else boxed_math_reward, args=trl_config(spec, work / "trl-out"),
         train_dataset=dataset, callbacks=[Steps()],
     )
     PHASES.install_torch_hooks()

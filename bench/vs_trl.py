@@ -6,6 +6,8 @@
     .venv/bin/python bench/vs_trl.py --model runs/x/sft       # an existing cold start instead of building one
     .venv/bin/python bench/vs_trl.py --scaling                # s/step vs G, completion length, model size (rlvr, TRL)
     .venv/bin/python bench/vs_trl.py --profile --steps 5      # torch profiler op table of each trainer
+    .venv/bin/python bench/vs_trl.py --model models/smollm2 --reward even_length --betas 0 --runs 1 --steps 3 \
+        --max-new-tokens 96 --rlvr-variant onepass=run.logits_budget_mib=100000   # a real model (docs/benchmarks.md)
 
 The work, the same for both: one tiny Qwen3 + character tokenizer built with
 `rlvr.models.build_tiny_model` and `save_pretrained` (then, by default, cold-started with the
@@ -177,18 +179,20 @@ def print_ab(beta: float, summary: dict[str, dict], results: dict[str, list[dict
     head = ["trainer", "s/step (run medians)", "gen tok/s"] + PHASE_COLUMNS + ["peak RSS MiB", "x floor (peak-matmul floor)"]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
-    for name in ("rlvr", "trl"):
+    for name in summary:
         s = summary[name]
         cells = [name, f"{s['median_s']:.3f} ({', '.join(f'{m:.3f}' for m in s['run_medians'])})", f"{s['gen_tok_s']:.0f}"]
         cells += [f"{s['phases'][k]:.3f}" for k in PHASE_COLUMNS]
         cells += [f"{s['peak_rss_mb']:.0f}", f"{s['median_s'] / s['floor_s']:.1f}x ({s['median_s'] / s['floor_peak_s']:.0f}x)"]
         print("| " + " | ".join(cells) + " |")
-    r, t = summary["rlvr"], summary["trl"]
-    ratio = ["rlvr/TRL", f"{r['median_s'] / t['median_s']:.2f}", f"{r['gen_tok_s'] / t['gen_tok_s']:.2f}"]
-    ratio += [f"{r['phases'][k] / t['phases'][k]:.2f}" if t["phases"][k] > 1e-9 else "-" for k in PHASE_COLUMNS]
-    ratio += [f"{r['peak_rss_mb'] / t['peak_rss_mb']:.2f}", ""]
-    print("| " + " | ".join(ratio) + " |")
-    for name in ("rlvr", "trl"):
+    t = summary["trl"]
+    for name in (n for n in summary if n != "trl"):
+        r = summary[name]
+        ratio = [f"{name}/TRL", f"{r['median_s'] / t['median_s']:.2f}", f"{r['gen_tok_s'] / t['gen_tok_s']:.2f}"]
+        ratio += [f"{r['phases'][k] / t['phases'][k]:.2f}" if t["phases"][k] > 1e-9 else "-" for k in PHASE_COLUMNS]
+        ratio += [f"{r['peak_rss_mb'] / t['peak_rss_mb']:.2f}", ""]
+        print("| " + " | ".join(ratio) + " |")
+    for name in summary:
         s = summary[name]
         print(f"\n{name}: {s['tokens_per_step']:.0f} generated tokens/step, {s['gflop_per_step']:.2f} GFLOP/step of real work, "
               f"floor {s['floor_s'] * 1e3:.1f} ms at the model's shapes ({s['floor_peak_s'] * 1e3:.1f} ms at peak); "
@@ -196,7 +200,7 @@ def print_ab(beta: float, summary: dict[str, dict], results: dict[str, list[dict
               f"no-grad training forwards (reference) {s['forward_nograd']:.3f} s; RSS at the first step {s['rss_start_mb']:.0f} MiB"
               + (f"; rows in the update {s['active_frac']:.0%}" if s["active_frac"] is not None else ""))
     print("\nrewards per step (mean over the batch):")
-    for name in ("rlvr", "trl"):
+    for name in summary:
         for res in results[name]:
             rewards = [s["reward"] for s in res["steps"]]
             half = [x for x in rewards[len(rewards) // 2:] if x is not None]
@@ -215,7 +219,10 @@ def setup(args, work: Path) -> tuple[Path, Shape, int, dict, list[list[int]]]:
     lr = args.lr if args.lr is not None else load_config().train.lr
     base = {"model_dir": str(model_dir.resolve()), "steps": args.steps, "G": args.G, "prompts_per_step": args.prompts,
             "max_new_tokens": args.max_new_tokens, "lr": lr, "warmup": args.warmup, "seed": args.seed, "threads": args.threads}
-    tok = build_char_tokenizer()
+    base["reward"] = args.reward
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir)) if args.model else build_char_tokenizer()  # the model's own tokens count
     lens = [len(tok.encode(e.prompt, add_special_tokens=False)) for e in bench_prompts(base)]
     return model_dir, shape, params, base, [lens[i * args.prompts:(i + 1) * args.prompts] for i in range(args.steps)]
 
@@ -234,15 +241,19 @@ def ab(args, work: Path) -> dict:
     print(f"fp32 matmul throughput ({args.threads} threads): peak {tp.peak:.0f} GFLOP/s (1024^3), model shapes "
           f"{tp.decode:.1f} GFLOP/s at {tp.decode_rows} rows (decoding), {tp.train:.1f} GFLOP/s at {tp.train_rows} rows (training)")
     out = {"model_dir": str(model_dir), "params": params, "shape": asdict(shape), "throughput": asdict(tp), "spec": base, "betas": {}}
-    runs: dict[float, dict[str, list[dict]]] = {beta: {"rlvr": [], "trl": []} for beta in args.betas}
-    for rep in range(args.runs):  # A/B/A/B: each rep runs both trainers at every beta before the next rep
+    variants = dict(v.split("=", 1) for v in args.rlvr_variant)  # name -> comma-separated rlvr overrides
+    trainers = ["rlvr", *(f"rlvr-{name}" for name in variants), "trl"]
+    runs: dict[float, dict[str, list[dict]]] = {beta: {t: [] for t in trainers} for beta in args.betas}
+    for rep in range(args.runs):  # A/B/A/B: each rep runs every trainer at every beta before the next rep
         for beta in args.betas:
-            for trainer in ("rlvr", "trl"):
+            for trainer in trainers:
                 name = f"beta{beta}-{trainer}-{rep + 1}"
+                extra = variants[trainer[5:]].split(",") if trainer.startswith("rlvr-") else []
+                spec = {**base, "trainer": "trl" if trainer == "trl" else "rlvr", "beta": beta, "rlvr_overrides": extra}
                 print(f"  running {name} (load {load()}) ...", file=sys.stderr, flush=True)
-                runs[beta][trainer].append(run_child({**base, "trainer": trainer, "beta": beta}, work, name, args.timeout))
+                runs[beta][trainer].append(run_child(spec, work, name, args.timeout))
     for beta in args.betas:
-        summary = {t: summarize(runs[beta][t], shape, prompt_lens, args.G, beta, tp) for t in ("rlvr", "trl")}
+        summary = {t: summarize(runs[beta][t], shape, prompt_lens, args.G, beta, tp) for t in trainers}
         print_ab(beta, summary, runs[beta], args, tp)
         out["betas"][str(beta)] = {"summary": summary, "runs": runs[beta]}
     trl_info = runs[args.betas[0]]["trl"][0]["info"]
@@ -349,6 +360,10 @@ def main() -> None:
     parser.add_argument("--scaling", action="store_true", help="rlvr's scaling table instead of the A/B comparison")
     parser.add_argument("--profile", action="store_true", help="one run of each trainer under torch's profiler (op table)")
     parser.add_argument("--model", help="model directory to use (skips building and the cold start)")
+    parser.add_argument("--reward", choices=["boxed_math", "even_length"], default="boxed_math",
+                        help="even_length: mixed groups for a model that never boxes an answer, so both trainers update (timing only)")
+    parser.add_argument("--rlvr-variant", action="append", default=[], metavar="NAME=OVERRIDES",
+                        help="an extra rlvr run in the interleave with comma-separated overrides, e.g. onepass=run.logits_budget_mib=100000")
     parser.add_argument("--size", choices=sorted(SIZES), default="lab", help="model size to build for the A/B runs")
     parser.add_argument("--sft-steps", type=int, default=3000, help="cold-start SFT steps (the lab's default); 0 = random init")
     parser.add_argument("--betas", type=float, nargs="+", default=[0.0, 0.04])

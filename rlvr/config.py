@@ -84,12 +84,17 @@ class RunConfig:
         "'tensorboard', 'wandb', 'mlflow', 'trackio' (each an optional install: rlvr[tensorboard], ...). rlvr's own files are always written."
     )
     project: str = knob("rlvr", "The trackers' project (W&B, trackio) or experiment (MLflow); runs are named after run.output_dir.")
+    logits_budget_mib: float = knob(
+        256.0, "Memory for one chunk of output-layer work when scoring tokens (update, reference, SFT, evaluation): positions "
+        "go through the vocabulary-wide projection this many MiB at a time, so no (rows, positions, vocabulary) logits exist."
+    )
     report: bool = knob(True, "Write report.html (plots, evaluations, samples, the doctor's verdicts) at the end of every stage; `rlvr report` redraws it.")
     report_every: int = knob(100, "During RL, also redraw report.html every N steps (about a second each at the lab's size); 0 = at stage ends only.")
 
     def validate(self) -> None:
         _require(self.threads >= 0, "run.threads", "must be >= 0")
         _require(self.report_every >= 0, "run.report_every", "must be >= 0")
+        _require(self.logits_budget_mib > 0, "run.logits_budget_mib", "must be > 0")
         unknown = [t for t in self.trackers if t not in ("tensorboard", "wandb", "mlflow", "trackio")]
         _require(not unknown, "run.trackers", f"{unknown} are not trackers rlvr knows (tensorboard, wandb, mlflow, trackio)")
         _require(len(set(self.trackers)) == len(self.trackers), "run.trackers", "names a tracker twice")
@@ -1094,7 +1099,7 @@ def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
 
 
 # What a resumed run may change without breaking "same result as an uninterrupted run".
-RESUMABLE_CHANGES = ("run.output_dir", "run.threads", "run.device", "run.trackers", "run.project", "run.report", "train.steps", "train.save_model", "train.log_samples_every",
+RESUMABLE_CHANGES = ("run.output_dir", "run.threads", "run.device", "run.logits_budget_mib", "run.trackers", "run.project", "run.report", "train.steps", "train.save_model", "train.log_samples_every",
                      "train.max_nonfinite_steps", "checkpoint.", "eval.", "monitor.", "rft.", "thinking.budget", "reward.workers", "reward.timeout_s", "reward.max_missing_frac")
 
 

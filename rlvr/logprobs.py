@@ -1,19 +1,51 @@
 """Log-probs of completion tokens: the one primitive every stage scores tokens with.
 
-RL's update, the KL reference, SFT, evaluation and distillation call `completion_logprobs` (or,
-for distillation's token-level KL, the distributions it gathers from: `completion_log_softmax`),
-so they agree on positions, temperature, masking and precision. Under `run.autocast` the decoder
-runs in bf16 but the output projection in fp32 (`fp32_output_head`), and backward steps out of
-autocast (`backward_outside_autocast`).
+RL's update, the KL reference, SFT and evaluation call `completion_logprobs`, and distillation's
+token-level KL `completion_teacher_kl`, so they agree on positions, temperature, masking and
+precision. Under `run.autocast` the decoder runs in bf16 but the output projection in fp32
+(`fp32_output_head`), and backward steps out of autocast (`backward_outside_autocast`).
+
+Without full-vocabulary logits: for the Llama family (whose forward is `lm_head(hidden)`) the
+decoder's hidden states of the completion positions that count (mask 1) go through the output
+layer a chunk of positions at a time, each chunk's logits reduced to the token's log-prob (and
+the entropy) before the next is made, so no (rows, positions, vocabulary) tensor exists. With a
+graph each chunk is checkpointed (`torch.utils.checkpoint`): backward recomputes that chunk's
+logits, one chunk at a time, and the gradient is the unchunked one (the same ops, rows taken in
+a different grouping). The chunk's rows come from a memory budget (`run.logits_budget_mib`, 256
+MiB by default: `set_logits_budget`): at the lab's 40-token vocabulary every position fits in
+one chunk; at SmolLM2's 49,152, 341 positions do. Other models are scored through their own
+forward (`logits_to_keep`), whose logits are whole.
 """
 
 from __future__ import annotations
 
 import torch
 from torch.nn import functional as F
+from torch.utils.checkpoint import checkpoint
 from transformers import PreTrainedModel
 
 from rlvr.models import AdapterOffReference
+
+DEFAULT_LOGITS_BUDGET_MIB = 256.0
+_budget_mib = DEFAULT_LOGITS_BUDGET_MIB
+# fp32 copies of a chunk's (rows, vocabulary) alive at once at the peak: logits, log-softmax,
+# exp for the entropy, and in backward the gradient of each.
+_COPIES = 4
+
+
+def set_logits_budget(mib: float) -> None:
+    """The memory one chunk of output-layer work may take (run.logits_budget_mib), process-wide as
+    torch's thread count is: every stage's scoring shares it."""
+    global _budget_mib
+    if mib <= 0:
+        raise ValueError(f"run.logits_budget_mib must be > 0, got {mib}")
+    _budget_mib = float(mib)
+
+
+def chunk_rows(vocab_size: int, budget_mib: float | None = None) -> int:
+    """Positions per chunk so that one chunk's vocabulary-wide tensors stay within the budget."""
+    budget = (budget_mib if budget_mib is not None else _budget_mib) * 2**20
+    return max(1, int(budget // (vocab_size * 4 * _COPIES)))
 
 # Causal LMs whose forward is exactly `lm_head(model(...).last_hidden_state)` over the usual
 # embed / layers / norm / rotary layout: the fp32 head and the static decoding engine rely on it.
@@ -76,6 +108,44 @@ def completion_log_softmax(
     return torch.log_softmax(logits_BTV, dim=-1)
 
 
+def _completion_hidden(model: PreTrainedModel, prompt_ids_BP, prompt_mask_BP, completion_ids_BT, completion_mask_BT):
+    """(hidden states at the last T+1 positions (B, T+1, H): position t predicts completion token
+    t, the last predicts what follows; the output layer as a function of them), or None when the
+    model's forward is not `lm_head(hidden)`. The T+1 suffix is what the model's own forward
+    projects with logits_to_keep=T+1, so the one-chunk path computes exactly what it did."""
+    base = base_model(model)
+    head = base.get_output_embeddings() if isinstance(base, PreTrainedModel) else None
+    if head is None or base.config.model_type not in LLAMA_FAMILY or not isinstance(head, torch.nn.Linear) or not hasattr(base, "model"):
+        return None
+    T = completion_ids_BT.shape[1]
+    input_ids = torch.cat([prompt_ids_BP, completion_ids_BT], dim=1)
+    attention = torch.cat([prompt_mask_BP, completion_mask_BT], dim=1)
+    positions = (attention.cumsum(dim=1) - 1).clamp(min=0)
+    hidden = base.model(input_ids=input_ids, attention_mask=attention, position_ids=positions).last_hidden_state[:, -(T + 1):]
+    fp32 = fp32_output_head(model)  # under autocast: the logits in fp32 all the same
+    return hidden, ((lambda h: logits_in_fp32(fp32, h)) if fp32 is not None else head)
+
+
+def _chunked(score, inputs: list[torch.Tensor], rows: int) -> list[torch.Tensor]:
+    """`score` over row chunks of `inputs`, concatenated; checkpointed when a graph is being built
+    (its backward recomputes one chunk at a time instead of keeping every chunk's logits)."""
+    n = inputs[0].shape[0]
+    if n <= rows:
+        return list(score(*inputs))
+    graph = torch.is_grad_enabled()
+    parts = []
+    for start in range(0, n, rows):
+        piece = [x[start:start + rows] for x in inputs]
+        parts.append(checkpoint(score, *piece, use_reentrant=False) if graph else score(*piece))
+    return [torch.cat(outs) for outs in zip(*parts)]
+
+
+def _scatter(values_N: torch.Tensor, mask_BT: torch.Tensor) -> torch.Tensor:
+    """Per-position values of the masked-in positions back into (B, T), zeros elsewhere."""
+    out = values_N.new_zeros(mask_BT.shape)
+    return out.index_put((mask_BT.nonzero(as_tuple=True)), values_N)
+
+
 def completion_logprobs(
     model: PreTrainedModel,
     prompt_ids_BP: torch.Tensor,
@@ -84,14 +154,81 @@ def completion_logprobs(
     completion_mask_BT: torch.Tensor,
     temperature: float = 1.0,
     with_entropy: bool = False,
+    budget_mib: float | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """log pi(y_t | x, y_<t) for every completion position, shape (B, T); with `with_entropy`
-    also the entropy of pi(. | x, y_<t) at each position, (B, T), with its graph."""
-    logp_BTV = completion_log_softmax(model, prompt_ids_BP, prompt_mask_BP, completion_ids_BT, completion_mask_BT, temperature)
-    logp_BT = torch.gather(logp_BTV, 2, completion_ids_BT.unsqueeze(2)).squeeze(2)
-    if not with_entropy:
-        return logp_BT
-    return logp_BT, -(logp_BTV.exp() * logp_BTV).sum(dim=-1)
+    also the entropy of pi(. | x, y_<t) at each position, (B, T), with its graph. When the batch
+    is past one chunk, positions with mask 0 hold 0 (nothing is computed for them)."""
+    if isinstance(model, AdapterOffReference):  # the LoRA reference: the policy's own path, adapters off
+        with model.policy.disable_adapter():
+            return completion_logprobs(model.policy, prompt_ids_BP, prompt_mask_BP, completion_ids_BT, completion_mask_BT,
+                                       temperature, with_entropy, budget_mib)
+    found = _completion_hidden(model, prompt_ids_BP, prompt_mask_BP, completion_ids_BT, completion_mask_BT)
+    if found is None:  # not the Llama family: its own forward, full logits
+        logp_BTV = completion_log_softmax(model, prompt_ids_BP, prompt_mask_BP, completion_ids_BT, completion_mask_BT, temperature)
+        logp_BT = torch.gather(logp_BTV, 2, completion_ids_BT.unsqueeze(2)).squeeze(2)
+        return (logp_BT, -(logp_BTV.exp() * logp_BTV).sum(dim=-1)) if with_entropy else logp_BT
+    hidden_BTH, head = found
+
+    def score(h: torch.Tensor, targets: torch.Tensor, logits=None) -> tuple[torch.Tensor, ...]:
+        logp = torch.log_softmax((head(h) if logits is None else logits).float() / temperature, dim=-1)
+        token = logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        return (token, -(logp.exp() * logp).sum(dim=-1)) if with_entropy else (token,)
+
+    rows = chunk_rows(base_model(model).get_output_embeddings().weight.shape[0], budget_mib)
+    if completion_ids_BT.numel() <= rows:  # the whole batch within the budget: one pass, every position, as the model's forward
+        outs = score(None, completion_ids_BT, logits=head(hidden_BTH)[:, :-1])
+        return (outs[0], outs[1]) if with_entropy else outs[0]
+    mask = completion_mask_BT.bool()  # past the budget: only the positions that count, a chunk at a time
+    outs = _chunked(score, [hidden_BTH[:, :-1][mask], completion_ids_BT[mask]], rows)
+    logp_BT = _scatter(outs[0], mask)
+    return (logp_BT, _scatter(outs[1], mask)) if with_entropy else logp_BT
+
+
+def completion_teacher_kl(
+    student: PreTrainedModel,
+    teacher: PreTrainedModel,
+    prompt_ids_BP: torch.Tensor,
+    prompt_mask_BP: torch.Tensor,
+    completion_ids_BT: torch.Tensor,
+    completion_mask_BT: torch.Tensor,
+    budget_mib: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, T) each: the student's negative log-likelihood of each completion token, and KL(teacher
+    || student) over the vocabulary at that position (distillation's token-level term), the
+    student's with its graph. A token the teacher gives probability 0 adds 0 (not 0 * -inf = NaN).
+    Chunked as `completion_logprobs` is when both are of the Llama family; zeros where mask is 0."""
+    args = (prompt_ids_BP, prompt_mask_BP, completion_ids_BT, completion_mask_BT)
+    found = _completion_hidden(student, *args)
+    with torch.no_grad():
+        taught = _completion_hidden(teacher, *args)
+    mask = completion_mask_BT.bool()
+
+    def kl_terms(student_BTV: torch.Tensor, teacher_BTV: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        nll = -student_BTV.gather(-1, ids.unsqueeze(-1)).squeeze(-1)
+        kl = torch.where(teacher_BTV > float("-inf"), teacher_BTV.exp() * (teacher_BTV - student_BTV), 0.0).sum(dim=-1)
+        return nll, kl
+
+    if found is None or taught is None:
+        student_BTV = completion_log_softmax(student, *args)
+        with torch.no_grad():
+            teacher_BTV = completion_log_softmax(teacher, *args)
+        nll_BT, kl_BT = kl_terms(student_BTV, teacher_BTV, completion_ids_BT)
+        return nll_BT * mask, kl_BT * mask
+    (student_hidden, student_head), (teacher_hidden, teacher_head) = found, taught
+
+    def score(h: torch.Tensor, t: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        with torch.no_grad():
+            teacher_logp = torch.log_softmax(teacher_head(t).float(), dim=-1)
+        return kl_terms(torch.log_softmax(student_head(h).float(), dim=-1), teacher_logp, ids)
+
+    rows = chunk_rows(base_model(student).get_output_embeddings().weight.shape[0], budget_mib)
+    student_hidden, teacher_hidden = student_hidden[:, :-1], teacher_hidden[:, :-1]
+    if completion_ids_BT.numel() <= rows:
+        nll_BT, kl_BT = score(student_hidden, teacher_hidden, completion_ids_BT)
+        return nll_BT * mask, kl_BT * mask
+    nll_N, kl_N = _chunked(score, [student_hidden[mask], teacher_hidden[mask], completion_ids_BT[mask]], rows)
+    return _scatter(nll_N, mask), _scatter(kl_N, mask)
 
 
 def backward_outside_autocast(loss: torch.Tensor) -> None:

@@ -61,6 +61,7 @@ from rlvr.checkpoint import (
 from rlvr.config import RESUMABLE_CHANGES, Config, ConfigError, atomic_write_text, changes_breaking_resume, flatten, load_config, save_config, to_toml
 from rlvr.data import Example, Problem, format_prompt, load_jsonl_splits, solution_targets
 from rlvr.distributed import make_learner
+from rlvr.logprobs import set_logits_budget
 from rlvr.trackers import Trackers
 from rlvr.loop import TrainingError, rl_train
 from rlvr.metrics import STOP_FILE, JsonlWriter, PhaseBar, Reporter, plot_reward_curve, rewind_jsonl
@@ -169,9 +170,10 @@ def seed_everything(seed: int) -> None:
 
 
 def apply_run_settings(cfg: Config) -> None:
-    """What every command that computes applies first: run.threads, and denormal flushing."""
+    """What every command that computes applies first: run.threads, the logits budget, and denormal flushing."""
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
+    set_logits_budget(cfg.run.logits_budget_mib)
     configure_cpu_math()
 
 

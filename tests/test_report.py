@@ -230,3 +230,13 @@ def test_the_held_out_curve_starts_from_the_evaluation_before_rl_only(reported_r
     svg = held_out_curve([run])
     assert svg is not None and "greedy accuracy" in svg
     assert run.first_eval is None
+
+
+def test_names_with_dollar_signs_are_drawn_as_written(reported_run, tmp_path):
+    run_dir, _ = reported_run
+    odd = tmp_path / "a$b"
+    shutil.copytree(run_dir, odd, ignore=shutil.ignore_patterns("checkpoints", "model", "sft", "init"))
+    page = write_report([odd, run_dir]).read_text()  # an unbalanced '$' in a run name would make mathtext raise
+    assert "a$b: reward" in page
+    shown = re.sub(r"<!--.*?-->", "", page, flags=re.DOTALL)  # matplotlib keeps each label's source in a comment
+    assert "mathdefault" not in shown  # log-scale tick labels (the SFT loss) are still rendered as math, not shown raw

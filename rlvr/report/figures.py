@@ -53,8 +53,14 @@ def _window(n: int) -> int:
     return max(1, n // 20)
 
 
+def _plain(text: str) -> str:
+    """Text from a run (its name, a reward term's, a stage's) drawn as written: a '$' would start
+    matplotlib's mathtext (and an unbalanced one raise)."""
+    return text.replace("$", r"\$")
+
+
 def _label(runs: list[Run], run: Run, what: str) -> str:
-    return f"{run.name}: {what}" if len(runs) > 1 else what
+    return _plain(f"{run.name}: {what}" if len(runs) > 1 else what)
 
 
 def reward_curve(runs: list[Run]) -> str | None:
@@ -179,7 +185,7 @@ def _small_multiples(runs: list[Run], keys: dict[str, str], title: str, salt: st
             if smooth and len(values) > 20:
                 ax.plot(steps, values, color=colour, alpha=0.2, linewidth=0.7)
                 values = moving_average(values, _window(len(values)))
-            ax.plot(steps, values, color=colour, linewidth=1.2, label=run.name)
+            ax.plot(steps, values, color=colour, linewidth=1.2, label=_plain(run.name))
         ax.set_title(keys[key], fontsize=9)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
@@ -227,7 +233,7 @@ def recipe_stages(runs: list[Run]) -> str | None:
     fig, ax = plt.subplots(figsize=(8, 3.6))
     for run, colour in zip(runs, COLOURS):
         stages = [row for r, row in rows if r is run]
-        names = [row["stage"] for row in stages]
+        names = [_plain(row["stage"]) for row in stages]
         ax.plot(names, [row["accuracy"] for row in stages], color=colour, marker="o", label=_label(runs, run, "greedy"))
         pass1 = [row.get("sampled", {}).get("pass@1") for row in stages]
         if any(v is not None for v in pass1):
@@ -238,10 +244,8 @@ def recipe_stages(runs: list[Run]) -> str | None:
 
 
 def draw_all(runs: list[Run]) -> dict[str, str]:
-    """Every figure the runs have, by name. Text is drawn as written: a run named 'a$b$' must not
-    be read as math (matplotlib's mathtext would raise on it)."""
-    with _pyplot().rc_context({"text.parse_math": False}):
-        return {name: svg for name, draw in FIGURES.items() if (svg := draw(runs)) is not None}
+    """Every figure the runs have, by name."""
+    return {name: svg for name, draw in FIGURES.items() if (svg := draw(runs)) is not None}
 
 
 FIGURES: dict[str, Callable[[list[Run]], str | None]] = {

@@ -22,7 +22,7 @@ from rlvr.checkpoint import fault_point
 from rlvr.config import SFTConfig
 from rlvr.metrics import PhaseBar
 from rlvr.rollout import encode_prompts
-from rlvr.logprobs import backward_outside_autocast, completion_log_softmax, completion_logprobs
+from rlvr.logprobs import backward_outside_autocast, completion_logprobs, completion_teacher_kl
 
 
 def encode_targets(tokenizer: PreTrainedTokenizerBase, targets: list[str]) -> list[list[int]]:
@@ -76,13 +76,7 @@ def sft_backward(
         if teacher is None or kl_coef == 0.0:
             loss_BT = -completion_logprobs(model, prompt_ids, prompt_mask, ids_BT, mask_BT)
         else:
-            student_BTV = completion_log_softmax(model, prompt_ids, prompt_mask, ids_BT, mask_BT)
-            with torch.no_grad():
-                teacher_BTV = completion_log_softmax(teacher, prompt_ids, prompt_mask, ids_BT, mask_BT)
-            nll_BT = -torch.gather(student_BTV, 2, ids_BT.unsqueeze(2)).squeeze(2)
-            # KL(teacher || student) per position; a token the teacher gives probability 0 adds 0 (not 0 * -inf = NaN)
-            kl_BTV = torch.where(teacher_BTV > float("-inf"), teacher_BTV.exp() * (teacher_BTV - student_BTV), 0.0)
-            kl_BT = kl_BTV.sum(dim=-1)
+            nll_BT, kl_BT = completion_teacher_kl(model, teacher, prompt_ids, prompt_mask, ids_BT, mask_BT)
             loss_BT = nll_BT + kl_coef * kl_BT
         loss = aggregate(loss_BT, mask_BT, "token_mean", normalizer=n_tokens)
         backward_outside_autocast(loss)
