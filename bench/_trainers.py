@@ -145,7 +145,7 @@ class _Reporter:
 
     @contextmanager
     def phase(self, name: str, total: int):
-        if name == "grpo":
+        if name == "rl":  # the pipeline's RL phase (it was called "grpo" once: the harness then recorded no steps)
             PHASES.start()
             yield _Bar(PHASES.end_step)
             PHASES.finish()
@@ -221,6 +221,9 @@ def run_rlvr(spec: dict, work: Path) -> dict:
         B = spec["prompts_per_step"] * spec["G"]
         steps.append({
             **phases,
+            # the update's phases as rlvr times them: its scoring need not be one top-level model call (the
+            # output layer runs in chunks past run.logits_budget_mib), so the forward hooks would miss it
+            "forward": rec["time/forward"], "backward": rec["time/backward"], "optimizer": rec["time/optimizer"],
             "generate": rec["time/generate"],
             "score": rec["time/verify"],
             "reward": rec["reward/mean"],
