@@ -11,6 +11,7 @@ Built in (see docs/verifiers.md):
 * ``boxed_math``: strict math on the last ``\\boxed{...}`` (:mod:`rlvr.verifiers.math`);
 * ``python_code`` / ``python_code_all_or_nothing``: the last ```python block run on the
   gold tests (a dict, or its JSON text) in a bubblewrap sandbox (:mod:`rlvr.verifiers.code`);
+  ``python_code_batched``: the same scores, a whole batch's programs in one sandbox;
 * ``think_format``: exactly one ``<think>...</think>`` block, then an answer;
 * ``mode_format``: the format a prompt's mode switch asks for (``think``: as think_format;
   ``no_think``: an empty block, then the answer);
@@ -25,7 +26,7 @@ from __future__ import annotations
 from typing import Callable, Protocol
 
 from rlvr.verifiers.conciseness import brevity
-from rlvr.verifiers.code import python_code, python_code_all_or_nothing
+from rlvr.verifiers.code import python_code, python_code_all_or_nothing, python_code_batched
 from rlvr.verifiers.format import mode_format, think_format
 from rlvr.verifiers.gym import reasoning_gym
 from rlvr.verifiers.math import boxed_math, extract_last_boxed
@@ -39,6 +40,7 @@ VERIFIERS: dict[str, Verifier] = {
     "boxed_math": boxed_math,
     "python_code": python_code,
     "python_code_all_or_nothing": python_code_all_or_nothing,
+    "python_code_batched": python_code_batched,
     "think_format": think_format,
     "brevity": brevity,
     "mode_format": mode_format,

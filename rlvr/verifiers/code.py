@@ -33,13 +33,15 @@ import functools
 import json
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from rlvr.verifiers.judge import CompiledAssert, JudgeError, ProbeFailed, compile_assert, decode_value, evaluate, host_names
-from rlvr.verifiers.sandbox import Limits, SandboxUnavailable, run_job
+from rlvr.verifiers.sandbox import Limits, SandboxUnavailable, run_batch, run_job
 
-__all__ = ["CodeReport", "TestResult", "check_tests", "extract_program", "parse_tests", "python_code", "run_python_tests", "sandbox_preflight"]
+__all__ = ["CodeReport", "TestResult", "check_tests", "extract_program", "parse_tests", "python_code", "python_code_batched",
+           "run_python_tests", "run_python_tests_batch", "sandbox_preflight"]
 
 _FENCE = re.compile(r"```[ \t]*(?:python3?|py)[ \t]*\r?\n(.*?)```", re.DOTALL | re.IGNORECASE | re.ASCII)
 @dataclass(frozen=True)
@@ -130,18 +132,52 @@ def run_python_tests(
     Raises ValueError for a malformed ``tests`` spec and
     :class:`~rlvr.verifiers.sandbox.SandboxUnavailable` when code cannot be run safely.
     """
-    spec = parse_tests(tests)
     limits = limits or Limits()
+    spec, job = _job_for(completion, tests, limits)
+    if job is None:
+        return _not_run(spec, completion, limits)
+    deadline = time.monotonic() + limits.total_s  # judging here counts against the job's limit
+    return _judge(spec, run_job(job, limits, sandbox), deadline)
+
+
+def run_python_tests_batch(
+    completions: list[str], tests: list[dict | str], *, limits: Limits | None = None, sandbox: str | None = None,
+    sandboxes: int = 2,
+) -> list[CodeReport]:
+    """`run_python_tests` for many completions at once: the programs with a ```python block run
+    `sandboxes` sandboxes at a time, each taking a contiguous share of them one after another
+    (`sandbox.run_batch`: the sandbox is cleaned between two programs), and each program gets the
+    report it would get alone. Measured here (bench/sandbox.py, 2 cores): one sandbox per program
+    49 programs/s two at a time; batches 145/s in one sandbox, 264/s in two."""
+    limits = limits or Limits()
+    prepared = [_job_for(c, t, limits) for c, t in zip(completions, tests, strict=True)]
+    jobs = [job for _, job in prepared if job is not None]
+    share = max(1, -(-len(jobs) // max(1, sandboxes)))
+    parts = [jobs[i:i + share] for i in range(0, len(jobs), share)]
+    with ThreadPoolExecutor(max_workers=max(1, len(parts))) as pool:  # the work is in the sandbox processes
+        runs = iter([run for part in pool.map(lambda part: run_batch(part, limits, sandbox), parts) for run in part])
+    return [_not_run(spec, c, limits) if job is None else _judge(spec, next(runs), time.monotonic() + limits.total_s)
+            for (spec, job), c in zip(prepared, completions)]
+
+
+def _job_for(completion: str, tests: dict | str, limits: Limits) -> tuple[_Spec, dict | None]:
+    """The parsed tests and the runner job for the completion's program (None: nothing to run)."""
+    spec = parse_tests(tests)
     program = extract_program(completion)
     if program is None or len(program) > limits.source_chars:
-        detail = "no ```python block" if program is None else f"program longer than {limits.source_chars} characters"
-        return CodeReport(0.0, tuple(TestResult(i, False, detail) for i in range(len(spec))), "not_run")
+        return spec, None
     if spec.mode == "io":
-        job = {"mode": "io", "program": program, "inputs": list(spec.inputs)}
-    else:
-        job = {"mode": "asserts", "program": program, "setup": spec.setup, "probes": list(spec.probes)}
-    deadline = time.monotonic() + limits.total_s  # judging here counts against the job's limit
-    run = run_job(job, limits, sandbox)
+        return spec, {"mode": "io", "program": program, "inputs": list(spec.inputs)}
+    return spec, {"mode": "asserts", "program": program, "setup": spec.setup, "probes": list(spec.probes)}
+
+
+def _not_run(spec: _Spec, completion: str, limits: Limits) -> CodeReport:
+    detail = "no ```python block" if extract_program(completion) is None else f"program longer than {limits.source_chars} characters"
+    return CodeReport(0.0, tuple(TestResult(i, False, detail) for i in range(len(spec))), "not_run")
+
+
+def _judge(spec: _Spec, run, deadline: float) -> CodeReport:
+    """Typed per-test verdicts from a job's raw result lines (the values judged here, outside the sandbox)."""
     by_id: dict[int, dict] = {}
     for line in run.lines:
         if isinstance(line.get("id"), int) and line["id"] not in by_id:
@@ -180,6 +216,13 @@ def python_code_all_or_nothing(completion: str, tests: dict | str) -> float:
     return python_code(completion, tests, all_or_nothing=True)
 
 
+def python_code_batched(prompts: list, completions: list[str], answer: list[str], **_: Any) -> list[float]:
+    """:func:`python_code` for a whole batch at once (TRL's batched signature; the tests are each
+    row's answer): every program of the batch runs in one sandbox (`run_python_tests_batch`),
+    several times the programs/s of one sandbox per completion (bench/sandbox.py)."""
+    return [report.score for report in run_python_tests_batch(list(completions), list(answer))]
+
+
 def check_tests(tests: dict | str) -> None:
     """The data check: ValueError naming what is wrong with a gold tests spec."""
     try:
@@ -200,7 +243,7 @@ def sandbox_preflight() -> None:
 # What the verifiers declare (rlvr.verifiers.contract). The sandbox enforces the job's own time
 # limit, so a pool waits for it; an item that still times out there scores 0 (the program's
 # fault), not missing.
-for _fn in (python_code, python_code_all_or_nothing):
+for _fn in (python_code, python_code_all_or_nothing, python_code_batched):
     _fn.time_limit_s = Limits().total_s  # type: ignore[attr-defined]
     _fn.timeout_score = 0.0  # type: ignore[attr-defined]
     _fn.check_answer = check_tests  # type: ignore[attr-defined]
