@@ -2,15 +2,15 @@
 
     .venv/bin/python bench/sandbox.py                  # 200 programs, 1, 2 and 4 at a time
     .venv/bin/python bench/sandbox.py --programs 500 --parallel 2
-    .venv/bin/python bench/sandbox.py --parallel 1 2 --batch 16 64   # and several programs per sandbox
+    .venv/bin/python bench/sandbox.py --parallel 1 2 --batch 64   # and through run_python_tests_batch
 
 Each item is one completion (a small function or stdin/stdout program, right or
 wrong) and its 3 tests, scored by the registered ``python_code`` verifier: one
 bubblewrap sandbox per item, one forked child per test inside it. Jobs run from
 threads (the work is in the sandbox processes), which is how a verification pool's
-workers use it. On a 2-core machine two at a time is the useful maximum. The batched
-rows put many programs in one sandbox (run_python_tests_batch, what python_code_batched
-does), which pays the sandbox's start once per batch instead of once per program.
+workers use it. On a 2-core machine two at a time is the useful maximum. The batched rows
+go through run_python_tests_batch (what python_code_batched does): one sandbox per program,
+`sandboxes` at a time, in chunks of --batch.
 """
 
 from __future__ import annotations
@@ -65,12 +65,10 @@ def run(items: list[tuple[str, str]], parallel: int, limits: Limits | None = Non
 
 
 def run_batched(items: list[tuple[str, str]], batch: int, parallel: int, limits: Limits | None = None) -> tuple[float, float]:
-    """The same items through run_python_tests_batch, `batch` programs per sandbox, `parallel` sandboxes at a time."""
+    """The same items through run_python_tests_batch in chunks of `batch`, `parallel` sandboxes at a time."""
     start = time.perf_counter()
     chunks = [items[i:i + batch] for i in range(0, len(items), batch)]
-    with ThreadPoolExecutor(max_workers=parallel) as pool:
-        reports = [r for part in pool.map(lambda c: run_python_tests_batch([x for x, _ in c], [t for _, t in c], limits=limits), chunks)
-                   for r in part]
+    reports = [r for c in chunks for r in run_python_tests_batch([x for x, _ in c], [t for _, t in c], limits=limits, sandboxes=parallel)]
     return len(items) / (time.perf_counter() - start), sum(r.score for r in reports) / len(reports)
 
 
@@ -78,7 +76,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--programs", type=int, default=200)
     ap.add_argument("--parallel", type=int, nargs="+", default=[1, 2, 4])
-    ap.add_argument("--batch", type=int, nargs="+", default=[16, 64], help="programs per sandbox for the batched rows")
+    ap.add_argument("--batch", type=int, nargs="+", default=[64], help="programs per run_python_tests_batch call")
     ap.add_argument("--no-cgroups", action="store_true", help="Limits(cgroups=False): no per-job cgroups")
     args = ap.parse_args()
     items = make_items(args.programs)
@@ -90,7 +88,7 @@ def main() -> None:
     for batch in args.batch:
         for parallel in (1, 2):
             rate, mean = run_batched(items, batch, parallel, limits)
-            print(f"batches of {batch}, {parallel} at a time: {rate:6.1f} programs/s   (mean reward {mean:.2f})")
+            print(f"run_python_tests_batch, chunks of {batch}, {parallel} sandboxes at a time: {rate:6.1f} programs/s   (mean reward {mean:.2f})")
 
 
 if __name__ == "__main__":

@@ -166,8 +166,9 @@ class TaskConfig:
 
 @dataclass
 class DataConfig:
-    source: Literal["arithmetic", "jsonl", "hf", "reasoning_gym"] = knob(
-        "arithmetic", "'arithmetic' (built-in procedural task), 'jsonl' (your files), 'hf' (anything Hugging Face datasets "
+    source: Literal["arithmetic", "code", "jsonl", "hf", "reasoning_gym"] = knob(
+        "arithmetic", "'arithmetic' (built-in procedural task), 'code' (built-in small programs: write f from a few of its values, "
+        "judged in the sandbox; rlvr/tasks/code.py), 'jsonl' (your files), 'hf' (anything Hugging Face datasets "
         "opens: a hub id, a local parquet / json / jsonl / csv / arrow file, a directory saved with save_to_disk) or "
         "'reasoning_gym' (data.gym_tasks from reasoning-gym's generators, each row scored by its task's own scorer)."
     )
@@ -705,9 +706,9 @@ class Config:
         )
         for name in ("train_path", "eval_path"):
             _require(
-                self.data.source != "arithmetic" or not getattr(self.data, name),
+                self.data.source not in ("arithmetic", "code") or not getattr(self.data, name),
                 f"data.{name}",
-                "is set but data.source = 'arithmetic' would ignore it; set data.source = 'jsonl' or 'hf'",
+                f"is set but data.source = {self.data.source!r} would ignore it; set data.source = 'jsonl' or 'hf'",
             )
         _require(
             not (self.checkpoint.auto_resume and not self.run.output_dir),

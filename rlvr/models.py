@@ -42,13 +42,15 @@ PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
 # Multi-character pieces that get one token each, so a boxed answer costs 2 tokens of syntax.
 WORD_TOKENS = ["\\boxed{", "\\frac{"]
 THINK_TOKENS = ["<think>", "</think>"]  # added (after everything else) only for thinking-format tasks
+CODE_TOKENS = ["```python\n", "```"]  # added (after everything else) only for the code task: its fences
 CHARACTERS = string.digits + string.ascii_letters + " \n+-*/^()[]{}=.,:;?!'\"<>_%$\\|&#@~"
 
 
-def build_char_tokenizer(thinking: bool = False) -> PreTrainedTokenizerFast:
+def build_char_tokenizer(thinking: bool = False, code: bool = False) -> PreTrainedTokenizerFast:
     """A character-level tokenizer (plus a few LaTeX words) wrapped as a transformers tokenizer.
-    With `thinking`, `<think>` and `</think>` are one token each (appended: every other id stays)."""
-    words = WORD_TOKENS + (THINK_TOKENS if thinking else [])
+    With `thinking`, `<think>` and `</think>` are one token each; with `code`, the code fences
+    (appended: every other id stays, so the arithmetic lab's model is the same)."""
+    words = WORD_TOKENS + (THINK_TOKENS if thinking else []) + (CODE_TOKENS if code else [])
     pieces = [PAD, EOS, UNK] + list(dict.fromkeys(CHARACTERS)) + words
     vocab = {piece: i for i, piece in enumerate(pieces)}
     tok = Tokenizer(WordLevel(vocab, unk_token=UNK))

@@ -129,6 +129,10 @@ def load_splits(cfg: Config, skipped: list[Problem] | None = None) -> tuple[list
         return load_mixture(cfg, load_splits, skipped)
     if cfg.data.source == "arithmetic":
         return make_splits(cfg.task, cfg.run.seed)
+    if cfg.data.source == "code":
+        from rlvr.tasks.code import make_code_splits
+
+        return make_code_splits(cfg.task, cfg.run.seed)
     # a gold answer the correctness verifier refuses (boxed_math: cannot match it to itself) can never be rewarded
     if cfg.data.source == "reasoning_gym":
         from rlvr.tasks.gym import gym_splits
@@ -146,7 +150,7 @@ def prepare_model(cfg: Config, run_dir: Path):
     device = resolve_device(cfg.run.device)
     path = cfg.model.path
     if not path:
-        tokenizer = build_char_tokenizer(thinking=cfg.task.format != "plain")
+        tokenizer = build_char_tokenizer(thinking=cfg.task.format != "plain", code=cfg.data.source == "code")
         path = str(save_pretrained(build_tiny_model(tokenizer, cfg.model.tiny, cfg.run.seed), tokenizer, run_dir / "init"))
     tokenizer = load_tokenizer(path, cfg.model.trust_remote_code)
     if cfg.data.chat_template:  # the template the run trains with is saved with its tokenizer (model/, exports)

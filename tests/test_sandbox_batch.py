@@ -1,6 +1,7 @@
-"""Many programs in one sandbox (`run_batch`, `python_code_batched`): each gets the verdict it
-gets alone, none can see or touch what another left (files, directories it locked, processes
-it started), a hanging one costs only its own tests, and the batch is several times faster."""
+"""A batch of programs (`run_python_tests_batch`, `python_code_batched`): each gets the verdict it
+gets alone, none can see or touch what another left (files, directories it locked, processes it
+started) or read another's source, and a hanging one costs only its own tests. (Several programs
+in one sandbox failed the sibling check; docs/verifiers.md says why it is not done.)"""
 
 from __future__ import annotations
 
@@ -93,6 +94,28 @@ def test_a_program_finds_nothing_another_left_behind():
     control = run_python_tests(fenced(textwrap.dedent(LEAVES_SRC) + "\n" + textwrap.dedent(FINDS_SRC)),
                                {"asserts": ["assert leftovers() == []"]}, limits=limits)
     assert control.score == 0.0
+
+
+SIBLING = fenced('''
+    import sys
+    def add(a, b):
+        frame = sys._getframe()
+        while frame is not None:  # the runner's job, if this process holds one with other programs in it
+            job = frame.f_locals.get("job")
+            if isinstance(job, dict) and "jobs" in job:
+                ns = {}
+                for other in job["jobs"]:
+                    if "_getframe" not in other["program"]:
+                        exec(other["program"], ns)
+                return ns["add"](a, b)
+            frame = frame.f_back
+        return None
+''')
+
+
+def test_a_program_cannot_run_a_siblings_solution():
+    reports = run_python_tests_batch([SIBLING, RIGHT, SIBLING], [ADD, ADD, ADD], limits=FAST)
+    assert [r.score for r in reports] == [0.0, 1.0, 0.0]
 
 
 def test_a_hanging_program_costs_only_its_own_tests():

@@ -241,7 +241,7 @@ def starting_model(recipe: Recipe, overrides: list[str], out_dir: Path) -> str:
         return cfg.model.path
     init = out_dir / "init"
     if not (init / "config.json").is_file():
-        tokenizer = build_char_tokenizer(thinking=cfg.task.format != "plain")
+        tokenizer = build_char_tokenizer(thinking=cfg.task.format != "plain", code=cfg.data.source == "code")
         tmp = out_dir / ".init.tmp"
         save_pretrained(build_tiny_model(tokenizer, cfg.model.tiny, cfg.run.seed), tokenizer, tmp)
         tmp.replace(init)

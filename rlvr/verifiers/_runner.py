@@ -18,11 +18,6 @@ Job: {"mode": "asserts" | "io", "program": str, "setup": str, "probes": [expr, .
 Lines out: {"id": i, "value": [flat tokens]} | {"id": i, "error": NAME} (asserts) and
 {"id": i, "stdout": str, "truncated": bool, "exit": int, "error"?: NAME} (io), where
 "exit" is the exit code, minus the signal number when killed, -1 when timed out.
-
-A batch ({"mode": "batch", "jobs": [job, ...]}, only in its own PID namespace) runs several
-programs one after another in this one sandbox, each line tagged {"job": k}: between two
-programs every process the last one left is killed and /tmp (the only writable place) is
-emptied, so a program finds the sandbox as the first one did and cannot reach the next.
 """
 
 import json
@@ -239,79 +234,9 @@ def _exit_status(pid, deadline):
 # ------------------------------------------------------------------ runner side
 
 
-_JOB = None  # the program of a batch being run (its lines are tagged with it)
-
-
 def _emit(obj):
-    if _JOB is not None:
-        obj = dict(obj, job=_JOB)
     sys.stdout.write(json.dumps(obj) + "\n")
     sys.stdout.flush()
-
-
-def _remove_tree_contents(top):
-    """Everything under `top`, as the uid that wrote it: directories made writable first (their
-    owner may), then files and directories removed, bottom up."""
-    for root, dirs, files in os.walk(top, topdown=True):
-        for name in dirs:
-            try:
-                os.chmod(os.path.join(root, name), 0o700)
-            except OSError:
-                pass
-    for root, dirs, files in os.walk(top, topdown=False):
-        for name in files + [d for d in dirs if os.path.islink(os.path.join(root, d))]:
-            try:
-                os.unlink(os.path.join(root, name))
-            except OSError:
-                pass
-        for name in dirs:
-            try:
-                os.rmdir(os.path.join(root, name))
-            except OSError:
-                pass
-
-
-def _empty_tmp(job):
-    """Empty /tmp (the sandbox's only writable place, its working directory) after a program; True
-    when nothing is left. The files are the program's uid's, which the runner (without
-    CAP_DAC_OVERRIDE or CAP_FOWNER) may not remove inside the program's own directories, so a
-    child of that uid does it (confined as the program was, minus nothing it needs)."""
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            uid = job.get("uid")
-            if uid is not None:
-                os.setgroups([])
-                os.setgid(uid)
-                os.setuid(uid)
-            _remove_tree_contents("/tmp")
-            code = 0
-        finally:
-            os._exit(code)
-    os.waitpid(pid, 0)
-    try:
-        return not os.listdir("/tmp")
-    except OSError:
-        return False
-
-
-def _run_batch(job):
-    """Each program of the batch in turn, the sandbox cleaned between them; a batch whose /tmp
-    cannot be emptied stops there (the host runs the rest one sandbox each)."""
-    global _JOB
-    if not _IN_OWN_PID_NAMESPACE:  # without a PID namespace a program's leftovers could not all be killed
-        _refuse("a batch needs its own PID namespace (bwrap)")
-    shared = {k: v for k, v in job.items() if k not in ("mode", "jobs")}
-    for k, sub in enumerate(job["jobs"]):
-        _JOB = k
-        merged = dict(shared, **sub)
-        (_run_io if merged["mode"] == "io" else _run_asserts)(merged)  # each test ends with _kill_leftovers()
-        clean = _empty_tmp(shared)
-        _emit({"done": True})
-        if not clean:
-            break
-    _JOB = None
 
 
 def _run_asserts(job):
@@ -445,7 +370,7 @@ def main():
     _IN_OWN_PID_NAMESPACE = job.get("pid_namespace") is True
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     _start_up(job)
-    {"io": _run_io, "asserts": _run_asserts, "batch": _run_batch}[job["mode"]](job)
+    (_run_io if job["mode"] == "io" else _run_asserts)(job)
 
 
 if __name__ == "__main__":

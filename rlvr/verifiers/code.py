@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlvr.verifiers.judge import CompiledAssert, JudgeError, ProbeFailed, compile_assert, decode_value, evaluate, host_names
-from rlvr.verifiers.sandbox import Limits, SandboxUnavailable, run_batch, run_job
+from rlvr.verifiers.sandbox import Limits, SandboxUnavailable, run_job
 
 __all__ = ["CodeReport", "TestResult", "check_tests", "extract_program", "parse_tests", "python_code", "python_code_batched",
            "run_python_tests", "run_python_tests_batch", "sandbox_preflight"]
@@ -144,20 +144,24 @@ def run_python_tests_batch(
     completions: list[str], tests: list[dict | str], *, limits: Limits | None = None, sandbox: str | None = None,
     sandboxes: int = 2,
 ) -> list[CodeReport]:
-    """`run_python_tests` for many completions at once: the programs with a ```python block run
-    `sandboxes` sandboxes at a time, each taking a contiguous share of them one after another
-    (`sandbox.run_batch`: the sandbox is cleaned between two programs), and each program gets the
-    report it would get alone. Measured here (bench/sandbox.py, 2 cores): one sandbox per program
-    49 programs/s two at a time; batches 145/s in one sandbox, 264/s in two."""
+    """`run_python_tests` for many completions: one sandbox per program, `sandboxes` at a time
+    (threads: the work is in the sandbox processes), each program's report the one it gets alone.
+
+    Not several programs in one sandbox, though starting one costs more than a small program's
+    tests: a test's child is forked from the runner, so it would hold every program of the batch
+    in its memory, and a program could run a sibling's solution (docs/verifiers.md)."""
     limits = limits or Limits()
     prepared = [_job_for(c, t, limits) for c, t in zip(completions, tests, strict=True)]
-    jobs = [job for _, job in prepared if job is not None]
-    share = max(1, -(-len(jobs) // max(1, sandboxes)))
-    parts = [jobs[i:i + share] for i in range(0, len(jobs), share)]
-    with ThreadPoolExecutor(max_workers=max(1, len(parts))) as pool:  # the work is in the sandbox processes
-        runs = iter([run for part in pool.map(lambda part: run_batch(part, limits, sandbox), parts) for run in part])
-    return [_not_run(spec, c, limits) if job is None else _judge(spec, next(runs), time.monotonic() + limits.total_s)
-            for (spec, job), c in zip(prepared, completions)]
+
+    def report(item: tuple[tuple[_Spec, dict | None], str]) -> CodeReport:
+        (spec, job), completion = item
+        if job is None:
+            return _not_run(spec, completion, limits)
+        deadline = time.monotonic() + limits.total_s
+        return _judge(spec, run_job(job, limits, sandbox), deadline)
+
+    with ThreadPoolExecutor(max_workers=max(1, sandboxes)) as pool:
+        return list(pool.map(report, zip(prepared, completions)))
 
 
 def _job_for(completion: str, tests: dict | str, limits: Limits) -> tuple[_Spec, dict | None]:
@@ -217,9 +221,9 @@ def python_code_all_or_nothing(completion: str, tests: dict | str) -> float:
 
 
 def python_code_batched(prompts: list, completions: list[str], answer: list[str], **_: Any) -> list[float]:
-    """:func:`python_code` for a whole batch at once (TRL's batched signature; the tests are each
-    row's answer): every program of the batch runs in one sandbox (`run_python_tests_batch`),
-    several times the programs/s of one sandbox per completion (bench/sandbox.py)."""
+    """:func:`python_code` for a whole batch (TRL's batched signature; the tests are each row's
+    answer): the batch's programs two sandboxes at a time (`run_python_tests_batch`), so a
+    training process with reward.workers = 0 still verifies on both cores."""
     return [report.score for report in run_python_tests_batch(list(completions), list(answer))]
 
 

@@ -38,7 +38,6 @@ temporary directory, with none of the isolation above, and an
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import glob
 import itertools
@@ -60,7 +59,7 @@ from rlvr.errors import RunStopped
 from rlvr.verifiers import cgroups
 from rlvr.verifiers.seccomp import Filter, UnsupportedArchitecture, build_filter
 
-__all__ = ["Limits", "SandboxRun", "SandboxUnavailable", "UnsandboxedCodeWarning", "parse_result_line", "resolve_sandbox", "run_batch", "run_job"]
+__all__ = ["Limits", "SandboxRun", "SandboxUnavailable", "UnsandboxedCodeWarning", "parse_result_line", "resolve_sandbox", "run_job"]
 
 RUNNER = Path(__file__).with_name("_runner.py")
 SANDBOX_ENV = "RLVR_CODE_SANDBOX"
@@ -212,7 +211,7 @@ def run_job(job: dict, limits: Limits, sandbox: str | None = None) -> SandboxRun
             os.close(args_fd)
             args_fd = None
         status = "crashed"  # until _communicate says otherwise
-        n_tests = sum(_tests_of(j) for j in job["jobs"]) + 2 * len(job["jobs"]) if job["mode"] == "batch" else _tests_of(job)
+        n_tests = max(len(job.get("probes", [])), len(job.get("inputs", [])))
         try:
             cap = (n_tests + 1) * 8 * (limits.output_kb << 10)  # JSON escaping may grow text
             out, err, status = _communicate(proc, payload, start + limits.total_s, cap)
@@ -239,38 +238,6 @@ def run_job(job: dict, limits: Limits, sandbox: str | None = None) -> SandboxRun
     if proc.returncode != 0 and not run.lines and _failed_to_start(proc.returncode, err, mode):
         raise SandboxUnavailable(f"the sandbox failed to start: {run.stderr.strip()}")
     return run
-
-
-def _tests_of(job: dict) -> int:
-    return max(len(job.get("probes", [])), len(job.get("inputs", [])))
-
-
-def run_batch(jobs: list[dict], limits: Limits, sandbox: str | None = None) -> list[SandboxRun]:
-    """Run several runner jobs (one program each) in one sandbox, one after another, and return
-    each one's result as `run_job` would. Starting a sandbox costs more than running a small
-    program on its tests (bench/sandbox.py), so a batch buys throughput; between programs the
-    runner kills whatever the last one left running and empties /tmp, and a program's time and
-    output limits are its own. The job's wall-clock limit is `limits.total_s` per program.
-
-    Without bubblewrap (sandbox="none") there is no PID namespace to clean, so each job runs
-    alone; so do the jobs a batch did not reach (a /tmp it could not empty, the batch's time)."""
-    if not jobs:
-        return []
-    if len(jobs) == 1 or resolve_sandbox(sandbox) == "none":
-        return [run_job(job, limits, sandbox) for job in jobs]
-    started = time.monotonic()
-    batch = run_job({"mode": "batch", "jobs": jobs}, dataclasses.replace(limits, total_s=limits.total_s * len(jobs)), sandbox)
-    per_job: list[SandboxRun | None] = [None] * len(jobs)
-    lines: list[list[dict]] = [[] for _ in jobs]
-    for line in batch.lines:
-        k = line.pop("job", None)
-        if not isinstance(k, int) or not 0 <= k < len(jobs):
-            continue
-        if line.get("done") is True:
-            per_job[k] = SandboxRun(lines=lines[k], status="ok", wall_s=(time.monotonic() - started) / len(jobs))
-        else:
-            lines[k].append(line)
-    return [run if run is not None else run_job(job, limits, sandbox) for run, job in zip(per_job, jobs)]
 
 
 def parse_result_line(line: bytes, max_items: int = 250_000) -> dict | None:

@@ -1,0 +1,78 @@
+"""Small programming problems for the lab (data.source = "code"): write `f` from a few examples.
+
+Each problem is a hidden function of one integer from a family of graded difficulty (level =
+family), shown by its values at a few points; the model writes it as a Python program and the
+sandboxed `python_code` verifier runs it on other points, comparing with integer literals:
+
+    level 1  f(x) = x + b          prompt "f(0)=3 f(1)=4 f(2)=5 ->"
+    level 2  f(x) = a*x + b        completion "```python\\ndef f(x):\\n    return 2*x+3\\n```"
+    level 3  f(x) = a*x*x + b      tests {"asserts": ["assert f(5) == 53", "assert f(-3) == 21", ...]}
+    level 4  f(x) = a*x + b if x > t else c
+
+The tests' points are never among the prompt's, so a program that only tabulates the examples
+fails; the held-out split is drawn first and shares no function with train. The reference program
+is each row's SFT solution (a cold start that teaches the format); RL then rewards programs that
+are right on the hidden points (`reward.functions = ["python_code_batched"]`).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Callable
+
+from rlvr.config import TaskConfig
+from rlvr.data import Example
+
+SHOWN = (0, 1, 2)  # the points a prompt shows
+TESTED = (3, 5, -2, 7)  # the points the tests check (never shown)
+LEVELS = 4
+
+
+def _function(level: int, rng: random.Random, limit: int) -> tuple[str, Callable[[int], int]]:
+    """(the body's expression, the function) of a random member of the level's family."""
+    a, b, c, t = rng.randint(2, limit), rng.randint(0, limit), rng.randint(0, limit), rng.randint(0, 2)
+    if level == 1:
+        return f"x+{b}", lambda x: x + b
+    if level == 2:
+        return f"{a}*x+{b}", lambda x: a * x + b
+    if level == 3:
+        return f"{a}*x*x+{b}", lambda x: a * x * x + b
+    return f"{a}*x+{b} if x>{t} else {c}", lambda x: a * x + b if x > t else c
+
+
+def make_problem(level: int, rng: random.Random, limit: int) -> Example:
+    expression, f = _function(level, rng, limit)
+    points = SHOWN + ((3,) if level == 4 else ())  # a conditional needs a point past its threshold
+    prompt = " ".join(f"f({x})={f(x)}" for x in points) + " ->"
+    tested = TESTED if level != 4 else (5, -2, 7, 4)
+    tests = {"asserts": [f"assert f({x}) == {f(x)}" for x in tested]}
+    program = f"```python\ndef f(x):\n    return {expression}\n```"
+    return Example(prompt, json.dumps(tests), program, level, {"expression": expression})
+
+
+def family_size(level: int, limit: int) -> int:
+    """How many distinct functions a level has (constants a in 2..limit, b and c in 0..limit, t in 0..2)."""
+    return {1: limit + 1, 2: (limit - 1) * (limit + 1), 3: (limit - 1) * (limit + 1)}.get(level, (limit - 1) * (limit + 1) ** 2 * 3)
+
+
+def make_code_splits(cfg: TaskConfig, seed: int) -> tuple[list[Example], list[Example]]:
+    """(train, held-out): the held-out functions drawn first, evenly per level but at most a quarter
+    of a level's family (level 1 has only limit + 1 functions); train never holds a held-out one.
+    Constants go up to task.max_operand (at least 2)."""
+    rng = random.Random(f"code:{seed}")
+    limit = max(2, cfg.max_operand)
+    held, seen = [], set()
+    for level in range(1, LEVELS + 1):
+        want = min(max(1, cfg.num_eval // LEVELS), family_size(level, limit) // 4)
+        while sum(e.level == level for e in held) < want:
+            e = make_problem(level, rng, limit)
+            if e.info["expression"] not in seen:
+                seen.add(e.info["expression"])
+                held.append(e)
+    train = []
+    while len(train) < cfg.num_train:
+        e = make_problem(rng.randint(1, LEVELS), rng, limit)
+        if e.info["expression"] not in seen:
+            train.append(e)
+    return train, held

@@ -1,0 +1,69 @@
+"""The lab's code task (data.source = "code"): problems whose reference programs pass their own
+sandboxed tests, tests on points the prompt never shows, held-out functions never in train, and a
+run that trains on it end to end through python_code_batched."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+from rlvr.config import load_config
+from rlvr.models import build_char_tokenizer
+from rlvr.tasks.code import LEVELS, SHOWN, make_code_splits
+
+from conftest import SOLVABLE
+
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None and not os.environ.get("CI"), reason="bubblewrap is not installed")
+TASK = load_config(overrides=["task.max_operand=19", "task.num_train=400", "task.num_eval=80"]).task
+
+
+def test_held_out_functions_are_never_trained_on_and_every_level_is_there():
+    train, held = make_code_splits(TASK, seed=0)
+    assert {e.level for e in held} == set(range(1, LEVELS + 1)) == {e.level for e in train}
+    assert not {e.info["expression"] for e in held} & {e.info["expression"] for e in train}
+    assert make_code_splits(TASK, seed=0)[1] == held and make_code_splits(TASK, seed=1)[1] != held  # from the seed
+    for e in train[:50]:
+        tested = [int(a.split("f(")[1].split(")")[0]) for a in json.loads(e.answer)["asserts"]]
+        assert not set(tested) & set(SHOWN)  # a program that only tabulates the examples cannot pass
+
+
+@needs_bwrap
+def test_reference_programs_pass_and_tabulating_or_wrong_ones_fail():
+    from rlvr.verifiers import get_verifier
+
+    train, _ = make_code_splits(TASK, seed=0)
+    batched = get_verifier("python_code_batched")
+    rows = train[:40]
+    assert batched([e.prompt for e in rows], [e.solution for e in rows], [e.answer for e in rows]) == [1.0] * len(rows)
+    table = "```python\ndef f(x):\n    return {" + ", ".join(f"{x}: {x + 5}" for x in SHOWN) + "}.get(x, 0)\n```"
+    off_by_one = [e.solution.replace("return ", "return 1+") for e in rows[:8]]
+    scores = batched(["p"] * 9, [table, *off_by_one], [rows[0].answer, *(e.answer for e in rows[:8])])
+    assert scores[0] == 0.0 and all(score < 1.0 for score in scores[1:])  # a conditional's other branch may still pass a test
+
+
+def test_the_code_tokens_leave_every_arithmetic_id_as_it_was():
+    plain, code = build_char_tokenizer(), build_char_tokenizer(code=True)
+    assert {t: i for t, i in code.get_vocab().items() if t in plain.get_vocab()} == plain.get_vocab()
+    program = "```python\ndef f(x):\n    return 2*x+3\n```"
+    ids = code.encode(program, add_special_tokens=False)
+    assert code.decode(ids) == program and ids[0] == code.get_vocab()["```python\n"] and ids[-1] == code.get_vocab()["```"]
+
+
+@needs_bwrap
+def test_a_code_lab_run_trains_through_the_batched_sandbox(tmp_path):
+    from rlvr.metrics import Reporter, read_jsonl_records
+    from rlvr.pipeline import run
+
+    out = tmp_path / "run"
+    overrides = [o for o in SOLVABLE if not o.startswith(("task.", "eval.max_new_tokens", "rollout.max_new_tokens"))]
+    run(load_config(overrides=[*overrides, "data.source=code", "task.max_operand=9", "task.num_train=200", "task.num_eval=40",
+                               "rollout.max_new_tokens=40", "eval.max_new_tokens=40", "model.tiny.max_positions=96", "sft.steps=20",
+                               "train.steps=2", "eval.samples=0", 'reward.functions=["python_code_batched"]',
+                               f"run.output_dir={json.dumps(str(out))}"]), Reporter(enabled=False), "lab")
+    records = read_jsonl_records(out / "metrics.jsonl")
+    assert len(records) == 2 and all("reward/python_code_batched" in r and r["reward/missing"] == 0 for r in records)
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["eval"]["after_rl"]["by_level"]) == {"1", "2", "3", "4"}
