@@ -85,8 +85,9 @@ class RunConfig:
     )
     project: str = knob("rlvr", "The trackers' project (W&B, trackio) or experiment (MLflow); runs are named after run.output_dir.")
     logits_budget_mib: float = knob(
-        256.0, "Memory for one chunk of output-layer work when scoring tokens (update, reference, SFT, evaluation): positions "
-        "go through the vocabulary-wide projection this many MiB at a time, so no (rows, positions, vocabulary) logits exist."
+        256.0, "Memory for one chunk of output-layer work when scoring tokens (update, reference, SFT): positions go through "
+        "the vocabulary-wide projection this many MiB at a time, so no (rows, positions, vocabulary) logits exist (Llama-family "
+        "models with a plain Linear output layer; others are scored whole by their own forward)."
     )
     report: bool = knob(True, "Write report.html (plots, evaluations, samples, the doctor's verdicts) at the end of every stage; `rlvr report` redraws it.")
     report_every: int = knob(100, "During RL, also redraw report.html every N steps (about a second each at the lab's size); 0 = at stage ends only.")
@@ -703,6 +704,10 @@ class Config:
         )
         _require(
             not (self.sft.save_model and self.sft.steps == 0), "sft.save_model", "is true but sft.steps = 0: there is no SFT model to save"
+        )
+        _require(
+            self.data.source != "code" or any(f.startswith("python_code") for f in self.reward.functions), "reward.functions",
+            "has no python_code term but data.source = 'code' has tests, not answers: use [\"python_code_batched\"]",
         )
         for name in ("train_path", "eval_path"):
             _require(

@@ -81,7 +81,8 @@ class ArrowExamples(Sequence):
 
     def __iter__(self) -> Iterator[Example]:
         # a whole pass (the data fingerprint, route checks) reads Arrow batches, not one row at a time
-        view = self.dataset.select(self.rows) if len(self.rows) != len(self.dataset) else self.dataset
+        whole = len(self.rows) == len(self.dataset) and np.array_equal(self.rows, np.arange(len(self.dataset)))
+        view = self.dataset if whole else self.dataset.select(self.rows)
         for batch in view.iter(batch_size=1024):
             columns = list(batch)
             for values in zip(*(batch[c] for c in columns)):

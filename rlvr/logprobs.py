@@ -1,8 +1,8 @@
 """Log-probs of completion tokens: the one primitive every stage scores tokens with.
 
-RL's update, the KL reference, SFT and evaluation call `completion_logprobs`, and distillation's
-token-level KL `completion_teacher_kl`, so they agree on positions, temperature, masking and
-precision. Under `run.autocast` the decoder runs in bf16 but the output projection in fp32
+RL's update, the KL reference and SFT call `completion_logprobs`, and distillation's token-level
+KL `completion_teacher_kl`, so they agree on positions, temperature, masking and precision
+(sampling and evaluation decode through the engines, which project only the last position). Under `run.autocast` the decoder runs in bf16 but the output projection in fp32
 (`fp32_output_head`), and backward steps out of autocast (`backward_outside_autocast`).
 
 Without full-vocabulary logits: for the Llama family (whose forward is `lm_head(hidden)`) the
@@ -12,9 +12,10 @@ the entropy) before the next is made, so no (rows, positions, vocabulary) tensor
 graph each chunk is checkpointed (`torch.utils.checkpoint`): backward recomputes that chunk's
 logits, one chunk at a time, and the gradient is the unchunked one (the same ops, rows taken in
 a different grouping). The chunk's rows come from a memory budget (`run.logits_budget_mib`, 256
-MiB by default: `set_logits_budget`): at the lab's 40-token vocabulary every position fits in
-one chunk; at SmolLM2's 49,152, 341 positions do. Other models are scored through their own
-forward (`logits_to_keep`), whose logits are whole.
+MiB by default: `set_logits_budget`): at the lab's 100-token vocabulary every position fits in
+one chunk; at SmolLM2's 49,152, 341 positions do. Other models, and an output layer that is not
+a plain Linear (LoRA on lm_head, modules_to_save), are scored through their own forward
+(`logits_to_keep`), whose logits are whole.
 """
 
 from __future__ import annotations
@@ -176,7 +177,7 @@ def completion_logprobs(
         return (token, -(logp.exp() * logp).sum(dim=-1)) if with_entropy else (token,)
 
     rows = chunk_rows(base_model(model).get_output_embeddings().weight.shape[0], budget_mib)
-    if completion_ids_BT.numel() <= rows:  # the whole batch within the budget: one pass, every position, as the model's forward
+    if completion_ids_BT.shape[0] * (completion_ids_BT.shape[1] + 1) <= rows:  # within the budget: one pass, as the model's forward
         outs = score(None, completion_ids_BT, logits=head(hidden_BTH)[:, :-1])
         return (outs[0], outs[1]) if with_entropy else outs[0]
     mask = completion_mask_BT.bool()  # past the budget: only the positions that count, a chunk at a time
@@ -224,7 +225,7 @@ def completion_teacher_kl(
 
     rows = chunk_rows(base_model(student).get_output_embeddings().weight.shape[0], budget_mib)
     student_hidden, teacher_hidden = student_hidden[:, :-1], teacher_hidden[:, :-1]
-    if completion_ids_BT.numel() <= rows:
+    if completion_ids_BT.numel() <= rows:  # (the T positions that predict a token: the last one is dropped above)
         nll_BT, kl_BT = score(student_hidden, teacher_hidden, completion_ids_BT)
         return nll_BT * mask, kl_BT * mask
     nll_N, kl_N = _chunked(score, [student_hidden[mask], teacher_hidden[mask], completion_ids_BT[mask]], rows)

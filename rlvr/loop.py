@@ -73,6 +73,9 @@ class PromptStream:
         """The pass rate each of `examples` (taken from this stream) just had."""
         if self.skip_rate > 0:
             for e, rate in zip(examples, rates):
+                if id(e) not in self._taken:
+                    raise ValueError("PromptStream.record takes the examples of the stream's last take(), in any order; "
+                                     f"{e.prompt[:40]!r} is not one of them")
                 self.rates[self._taken[id(e)]] = rate
 
     def _passes_over(self, i: int) -> bool:

@@ -12,7 +12,7 @@ import pytest
 
 from rlvr.config import load_config
 from rlvr.models import build_char_tokenizer
-from rlvr.tasks.code import LEVELS, SHOWN, make_code_splits
+from rlvr.tasks.code import LEVELS, SHOWN, make_code_splits, make_problem
 
 from conftest import SOLVABLE
 
@@ -23,11 +23,13 @@ TASK = load_config(overrides=["task.max_operand=19", "task.num_train=400", "task
 def test_held_out_functions_are_never_trained_on_and_every_level_is_there():
     train, held = make_code_splits(TASK, seed=0)
     assert {e.level for e in held} == set(range(1, LEVELS + 1)) == {e.level for e in train}
-    assert not {e.info["expression"] for e in held} & {e.info["expression"] for e in train}
+    assert not {e.info["signature"] for e in held} & {e.info["signature"] for e in train}  # by values, not spelling
     assert make_code_splits(TASK, seed=0)[1] == held and make_code_splits(TASK, seed=1)[1] != held  # from the seed
-    for e in train[:50]:
-        tested = [int(a.split("f(")[1].split(")")[0]) for a in json.loads(e.answer)["asserts"]]
-        assert not set(tested) & set(SHOWN)  # a program that only tabulates the examples cannot pass
+    for e in train[:200]:
+        shown = {int(p.split("(")[1].split(")")[0]) for p in e.prompt.split()[:-1]}
+        tested = {int(a.split("f(")[1].split(")")[0]) for a in json.loads(e.answer)["asserts"]}
+        assert len(tested - shown) >= 4  # a program that only tabulates the examples cannot pass
+        assert e.level != 4 or shown == set(range(5))  # two points past any threshold (t <= 2) fix the line
 
 
 @needs_bwrap
@@ -42,6 +44,11 @@ def test_reference_programs_pass_and_tabulating_or_wrong_ones_fail():
     off_by_one = [e.solution.replace("return ", "return 1+") for e in rows[:8]]
     scores = batched(["p"] * 9, [table, *off_by_one], [rows[0].answer, *(e.answer for e in rows[:8])])
     assert scores[0] == 0.0 and all(score < 1.0 for score in scores[1:])  # a conditional's other branch may still pass a test
+    # a conditional with the wrong threshold fails its shown points
+    import random
+
+    e = next(p for p in (make_problem(4, random.Random(i), 19) for i in range(100)) if "x>2" in p.solution)
+    assert batched(["p"], [e.solution.replace("x>2", "x>-1")], [e.answer]) != [1.0]
 
 
 def test_the_code_tokens_leave_every_arithmetic_id_as_it_was():
@@ -60,10 +67,18 @@ def test_a_code_lab_run_trains_through_the_batched_sandbox(tmp_path):
     out = tmp_path / "run"
     overrides = [o for o in SOLVABLE if not o.startswith(("task.", "eval.max_new_tokens", "rollout.max_new_tokens"))]
     run(load_config(overrides=[*overrides, "data.source=code", "task.max_operand=9", "task.num_train=200", "task.num_eval=40",
-                               "rollout.max_new_tokens=40", "eval.max_new_tokens=40", "model.tiny.max_positions=96", "sft.steps=20",
+                               "rollout.max_new_tokens=48", "eval.max_new_tokens=48", "model.tiny.max_positions=96", "sft.steps=20",
                                "train.steps=2", "eval.samples=0", 'reward.functions=["python_code_batched"]',
                                f"run.output_dir={json.dumps(str(out))}"]), Reporter(enabled=False), "lab")
     records = read_jsonl_records(out / "metrics.jsonl")
     assert len(records) == 2 and all("reward/python_code_batched" in r and r["reward/missing"] == 0 for r in records)
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary["eval"]["after_rl"]["by_level"]) == {"1", "2", "3", "4"}
+
+
+def test_the_code_task_needs_a_code_reward():
+    from rlvr.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"reward.functions: has no python_code term but data.source = 'code'"):
+        load_config(overrides=["data.source=code"])
+    assert load_config(overrides=["data.source=code", 'reward.functions=["python_code_batched"]']).data.source == "code"

@@ -7,10 +7,11 @@ sandboxed `python_code` verifier runs it on other points, comparing with integer
     level 1  f(x) = x + b          prompt "f(0)=3 f(1)=4 f(2)=5 ->"
     level 2  f(x) = a*x + b        completion "```python\\ndef f(x):\\n    return 2*x+3\\n```"
     level 3  f(x) = a*x*x + b      tests {"asserts": ["assert f(5) == 53", "assert f(-3) == 21", ...]}
-    level 4  f(x) = a*x + b if x > t else c
+    level 4  f(x) = a*x + b if x > t else c   (shown at 0..4)
 
-The tests' points are never among the prompt's, so a program that only tabulates the examples
-fails; the held-out split is drawn first and shares no function with train. The reference program
+The tests check points the prompt never shows (a conditional's also the shown ones, so its
+threshold must be right), so a program that only tabulates the examples fails; the held-out split
+is drawn first and shares no function with train (compared by values, not by spelling). The reference program
 is each row's SFT solution (a cold start that teaches the format); RL then rewards programs that
 are right on the hidden points (`reward.functions = ["python_code_batched"]`).
 """
@@ -41,14 +42,25 @@ def _function(level: int, rng: random.Random, limit: int) -> tuple[str, Callable
     return f"{a}*x+{b} if x>{t} else {c}", lambda x: a * x + b if x > t else c
 
 
+# A conditional (threshold t in 0..2) is shown at 0..4, so two points past its threshold fix a and b
+# and f(0) fixes c; its tests also check the shown points, so a program with the wrong threshold fails.
+SHOWN_CONDITIONAL = (0, 1, 2, 3, 4)
+TESTED_CONDITIONAL = (5, -2, 7, 6)
+
+
+def signature(f: Callable[[int], int]) -> tuple[int, ...]:
+    """What identifies a function whatever its spelling (`6*x+3 if x>1 else 9` is `... x>0 ...`)."""
+    return tuple(f(x) for x in range(-10, 11))
+
+
 def make_problem(level: int, rng: random.Random, limit: int) -> Example:
     expression, f = _function(level, rng, limit)
-    points = SHOWN + ((3,) if level == 4 else ())  # a conditional needs a point past its threshold
+    points = SHOWN if level != 4 else SHOWN_CONDITIONAL
     prompt = " ".join(f"f({x})={f(x)}" for x in points) + " ->"
-    tested = TESTED if level != 4 else (5, -2, 7, 4)
+    tested = TESTED if level != 4 else SHOWN_CONDITIONAL + TESTED_CONDITIONAL
     tests = {"asserts": [f"assert f({x}) == {f(x)}" for x in tested]}
     program = f"```python\ndef f(x):\n    return {expression}\n```"
-    return Example(prompt, json.dumps(tests), program, level, {"expression": expression})
+    return Example(prompt, json.dumps(tests), program, level, {"expression": expression, "signature": signature(f)})
 
 
 def family_size(level: int, limit: int) -> int:
@@ -67,12 +79,12 @@ def make_code_splits(cfg: TaskConfig, seed: int) -> tuple[list[Example], list[Ex
         want = min(max(1, cfg.num_eval // LEVELS), family_size(level, limit) // 4)
         while sum(e.level == level for e in held) < want:
             e = make_problem(level, rng, limit)
-            if e.info["expression"] not in seen:
-                seen.add(e.info["expression"])
+            if e.info["signature"] not in seen:
+                seen.add(e.info["signature"])
                 held.append(e)
     train = []
     while len(train) < cfg.num_train:
         e = make_problem(rng.randint(1, LEVELS), rng, limit)
-        if e.info["expression"] not in seen:
+        if e.info["signature"] not in seen:
             train.append(e)
     return train, held

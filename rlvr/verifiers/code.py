@@ -160,8 +160,14 @@ def run_python_tests_batch(
         deadline = time.monotonic() + limits.total_s
         return _judge(spec, run_job(job, limits, sandbox), deadline)
 
-    with ThreadPoolExecutor(max_workers=max(1, sandboxes)) as pool:
+    pool = ThreadPoolExecutor(max_workers=max(1, sandboxes))
+    try:
         return list(pool.map(report, zip(prepared, completions)))
+    except BaseException:
+        pool.shutdown(wait=True, cancel_futures=True)  # a missing sandbox: do not start the rest of the batch
+        raise
+    finally:
+        pool.shutdown(wait=True)
 
 
 def _job_for(completion: str, tests: dict | str, limits: Limits) -> tuple[_Spec, dict | None]:
