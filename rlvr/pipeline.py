@@ -317,17 +317,21 @@ def _run(cfg: Config, reporter: Reporter, command: str, resume: bool, reward_ter
 
 
 def refresh_report(ctx: RunContext) -> None:
-    """Redraw report.html from the run directory's files (run.report). A page that fails to draw
-    is a warning on the console: it must never be what ends a training run."""
-    if not ctx.cfg.run.report:
-        return
-    try:
-        from rlvr.report import write_report  # here too: not even a broken install of matplotlib may end the run
+    """Redraw report.html from the run directory's files (run.report)."""
+    if ctx.cfg.run.report:
+        draw_report(ctx.run_dir, ctx.reporter)
 
-        write_report([ctx.run_dir])
+
+def draw_report(run_dir: Path, reporter: Reporter) -> None:
+    """report.html of a run or recipe directory. A page that fails to draw is a warning on the
+    console: it must never be what ends a training run (the import too is inside the guard)."""
+    try:
+        from rlvr.report import write_report
+
+        write_report([run_dir])
     except Exception as err:  # noqa: BLE001 - any plotting or reading failure, reported and survived
-        ctx.reporter.print(f"[yellow]report.html not redrawn[/] ({type(err).__name__}: {markup_escape(str(err))}); "
-                           f"`rlvr report {markup_escape(str(ctx.run_dir))}` retries")
+        reporter.print(f"[yellow]report.html not redrawn[/] ({type(err).__name__}: {markup_escape(str(err))}); "
+                       f"`rlvr report {markup_escape(str(run_dir))}` retries")
 
 
 # ----------------------------------------------------------------------------- the stages

@@ -44,7 +44,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from rich.markup import escape as markup_escape
 from rich.table import Table
 
 from rlvr.checkpoint import fault_point
@@ -225,13 +224,9 @@ def run_recipe(path: str | None, overrides: list[str], reporter: Reporter, *, ou
 
 def _draw_report(out_dir: Path, reporter: Reporter) -> None:
     """<out>/report.html: the stage table and plot, each stage linked to its own report."""
-    try:
-        from rlvr.report import write_report
+    from rlvr.pipeline import draw_report
 
-        write_report([out_dir])
-    except Exception as err:  # noqa: BLE001 - a page that fails to draw never ends the recipe
-        reporter.print(f"[yellow]report.html not redrawn[/] ({type(err).__name__}: {markup_escape(str(err))}); "
-                       f"`rlvr report {markup_escape(str(out_dir))}` retries")
+    draw_report(out_dir, reporter)
 
 
 def starting_model(recipe: Recipe, overrides: list[str], out_dir: Path) -> str:
