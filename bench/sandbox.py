@@ -5,12 +5,14 @@
     .venv/bin/python bench/sandbox.py --parallel 1 2 --batch 64   # and through run_python_tests_batch
 
 Each item is one completion (a small function or stdin/stdout program, right or
-wrong) and its 3 tests, scored by the registered ``python_code`` verifier: one
+wrong) and its 3-4 tests, scored by the registered ``python_code`` verifier: one
 bubblewrap sandbox per item, one forked child per test inside it. Jobs run from
 threads (the work is in the sandbox processes), which is how a verification pool's
 workers use it. On a 2-core machine two at a time is the useful maximum. The batched rows
-go through run_python_tests_batch (what python_code_batched does): one sandbox per program,
-`sandboxes` at a time, in chunks of --batch.
+go through run_python_tests_batch (what python_code_batched does), in chunks of --batch:
+programs for different problems one after another in shared sandboxes (rlvr.verifiers.served),
+`sandboxes` of them at a time. Every program and every problem is distinct, so no repeat is
+run once and the rates are the sandbox's own.
 """
 
 from __future__ import annotations
@@ -49,11 +51,18 @@ TASKS = [
 
 
 def make_items(n: int) -> list[tuple[str, str]]:
+    """n completions, every program text and every problem distinct (a comment; a setup line or
+    one more io case), so that no repeat runs once and any two may share a sandbox."""
     items = []
     while len(items) < n:
         for tests, programs in TASKS:
             for program in programs:
-                items.append((f"Solution:\n```python\n{program}\n```\n", json.dumps(tests)))
+                k = len(items)
+                if "io" in tests:
+                    problem = {"io": [*tests["io"], {"stdin": f"1\n{k}\n", "stdout": f"{k}\n"}]}
+                else:
+                    problem = {**tests, "setup": f"# problem {k}"}
+                items.append((f"Solution:\n```python\n# attempt {k}\n{program}\n```\n", json.dumps(problem)))
     return items[:n]
 
 
@@ -84,7 +93,7 @@ def main() -> None:
     python_code(*items[0], limits=limits)  # warm the page cache before timing
     for parallel in args.parallel:
         rate, mean = run(items, parallel, limits)
-        print(f"{parallel} at a time: {rate:6.1f} programs/s   (mean reward {mean:.2f}, {len(items)} programs x 3 tests)")
+        print(f"{parallel} at a time: {rate:6.1f} programs/s   (mean reward {mean:.2f}, {len(items)} programs x 3-4 tests)")
     for batch in args.batch:
         for parallel in (1, 2):
             rate, mean = run_batched(items, batch, parallel, limits)

@@ -14,6 +14,7 @@ import pytest
 
 from rlvr.verifiers import get_verifier
 from rlvr.verifiers.code import run_python_tests, run_python_tests_batch
+from rlvr.verifiers.judge import decode_value
 from rlvr.verifiers.sandbox import Limits
 
 if shutil.which("bwrap") is None and not os.environ.get("CI"):
@@ -75,7 +76,7 @@ FINDS_SRC = '''
         me = os.getpid()
         out = []
         for pid in os.listdir("/proc"):
-            if pid.isdigit() and int(pid) > 2 and int(pid) != me:
+            if pid.isdigit() and int(pid) > 2 and int(pid) not in (me, os.getppid()):  # the parent: this job's runner
                 try:
                     out.append(open(f"/proc/{pid}/cmdline").read())
                 except OSError:
@@ -88,7 +89,9 @@ CLEAN = {"asserts": ["assert leftovers() == []", "assert strangers() == []"]}
 
 def test_a_program_finds_nothing_another_left_behind():
     limits = Limits(test_s=2.0, total_s=10.0)
-    reports = run_python_tests_batch([LEAVES_TRACES, FINDS_NOTHING, LEAVES_TRACES, FINDS_NOTHING], [ADD, CLEAN, ADD, CLEAN], limits=limits)
+    # distinct texts, so that none is a repeat that runs once
+    programs = [LEAVES_TRACES, FINDS_NOTHING, LEAVES_TRACES.replace("```python\n", "```python\n# 2\n"), FINDS_NOTHING.replace("```python\n", "```python\n# 2\n")]
+    reports = run_python_tests_batch(programs, [ADD, CLEAN, ADD, CLEAN], limits=limits)
     assert [r.score for r in reports] == [1.0, 1.0, 1.0, 1.0], [r.results for r in reports]
     # the control: within one program the traces are there, so the check above can fail
     control = run_python_tests(fenced(textwrap.dedent(LEAVES_SRC) + "\n" + textwrap.dedent(FINDS_SRC)),
@@ -123,3 +126,152 @@ def test_a_hanging_program_costs_only_its_own_tests():
     reports = run_python_tests_batch([RIGHT, hangs, RIGHT, SUMS], [ADD, ADD, ADD, SUM], limits=FAST)
     assert [r.score for r in reports] == [1.0, 0.0, 1.0, 1.0]
     assert all(not r.passed for r in reports[1].results)
+
+
+def test_a_program_repeated_for_the_same_tests_runs_once_and_every_copy_gets_its_verdict(monkeypatch):
+    from rlvr.verifiers import code
+
+    calls = []
+    real = code.run_jobs_served
+    monkeypatch.setattr(code, "run_jobs_served", lambda jobs, *a, **k: calls.extend(j["program"] for j in jobs) or real(jobs, *a, **k))
+    other_answers = {"asserts": ["assert add(2, 3) == 6", "assert add(-1, 1) == 0"]}  # the same probes, one other expected value
+    prose = "First some words.\n" + RIGHT  # another completion holding the same program
+    reports = run_python_tests_batch([RIGHT, WRONG, prose, RIGHT, RIGHT], [ADD, ADD, ADD, other_answers, ADD], limits=FAST)
+    assert [r.score for r in reports] == [1.0, 0.0, 1.0, 0.5, 1.0]
+    right, wrong = (p.split("\n", 1)[1][:-3] for p in (RIGHT, WRONG))
+    assert sorted(calls) == sorted([right, wrong, right])  # once for ADD, once for the other tests
+    assert reports[3].results == (code.TestResult(0, False, "assertion failed"), code.TestResult(1, True, "ok"))
+
+
+# A program holding a marker, and one that counts the marker's bytes in its own process memory
+# (its own needle is one copy): run after the first in the same sandbox, it must count what it
+# counts alone.
+HOLDS_MARKER = fenced("SECRET = 'zq' + 'MARKER-7731-of-the-first-program'\ndef add(a, b):\n    return a + b")
+COUNTS_MARKER = fenced("""
+    import ctypes
+    def copies():
+        needle = b'MARKER-7731-of-the-first-program'
+        found = 0
+        with open('/proc/self/maps') as maps:
+            for line in maps:
+                fields = line.split()
+                if 'r' not in fields[1] or (len(fields) > 5 and fields[5] in ('[vvar]', '[vsyscall]', '[vvar_vclock]')):
+                    continue
+                lo, hi = (int(x, 16) for x in fields[0].split('-'))
+                found += ctypes.string_at(lo, hi - lo).count(needle)
+        return found
+""")
+
+
+def test_a_program_holds_nothing_of_a_program_that_ran_before_it_in_the_same_sandbox():
+    from rlvr.verifiers.code import extract_program
+    from rlvr.verifiers.served import run_jobs_served
+
+    def copies_seen(program: str, before: list[str]) -> int:
+        """What copies() returns for the program when `before` ran ahead of it in its sandbox."""
+        jobs = [{"mode": "asserts", "program": extract_program(p), "setup": "", "probes": ["add(1, 2)"]} for p in before]
+        jobs.append({"mode": "asserts", "program": extract_program(program), "setup": "", "probes": ["copies()"]})
+        runs = run_jobs_served(jobs, FAST)
+        assert all(run.status == "ok" for run in runs) and len(runs) == len(jobs)  # one sandbox, every job to its end
+        return decode_value(runs[-1].lines[0]["value"])
+
+    alone = copies_seen(COUNTS_MARKER, [])
+    assert alone >= 1
+    both = fenced(HOLDS_MARKER.split("\n", 1)[1][:-3] + COUNTS_MARKER.split("\n", 1)[1][:-3])
+    assert copies_seen(both, []) > alone  # the control: a marker the process does hold is counted
+    assert copies_seen(COUNTS_MARKER, [HOLDS_MARKER, HOLDS_MARKER]) == alone
+
+
+def test_plan_servers_never_puts_two_programs_for_one_problem_in_a_sandbox():
+    from rlvr.verifiers.served import plan_servers
+
+    problems = ["a", "a", "b", "a", "c", "b", "c", "c", "c"]
+    groups = plan_servers(problems, cap=2)
+    assert sorted(i for g in groups for i in g) == list(range(len(problems)))
+    assert all(len({problems[i] for i in g}) == len(g) <= 2 for g in groups)
+    assert plan_servers(["x"] * 3) == [[0], [1], [2]]
+
+
+def test_a_program_over_its_time_limit_ends_its_sandbox_and_the_next_runs_in_a_fresh_one():
+    from rlvr.verifiers.served import plan_servers
+
+    slow = fenced("import time\ntime.sleep(3)\ndef add(a, b):\n    return a + b")
+    limits = Limits(test_s=5.0, total_s=1.0)
+    other = {"asserts": ["assert add(1, 1) == 2"]}
+    assert plan_servers(["slow", "other"]) == [[0, 1]]
+    reports = run_python_tests_batch([slow, RIGHT], [ADD, other], limits=limits, sandboxes=1)
+    assert reports[0].score == 0.0 and reports[0].status == "timeout"
+    assert reports[1].score == 1.0 and reports[1].status == "ok"
+
+
+# Found by a reviewer of the shared jail, each shown to pass data to a later program before its
+# fix: a unix socket kept bound by descriptors in flight, process names the server read into its
+# own memory (which every later job's process is copied from), a scheduler group shared by jobs.
+PARKS_A_SOCKET = fenced(r'''
+    import array, socket
+    def add(a, b):
+        x, y = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        named = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        named.bind("\0left:the-answer-is-5")
+        rights = lambda *fds: [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]
+        x.sendmsg([b"."], rights(named.fileno(), x.fileno()))  # in flight: alive with no process
+        y.sendmsg([b"."], rights(y.fileno()))
+        for s in (named, x, y):
+            s.detach()
+        return a + b
+''')
+NAMES_ITS_PROCESSES = fenced(r'''
+    import ctypes, os, time
+    def add(a, b):
+        for i in range(8):
+            if os.fork() == 0:
+                ctypes.CDLL(None).prctl(15, ctypes.c_char_p(b"QZleft%02dQZ" % i), 0, 0, 0)  # PR_SET_NAME
+                while True:
+                    time.sleep(1)
+        time.sleep(0.05)
+        return a + b
+''')
+LOWERS_ITS_GROUP = fenced(r'''
+    import ctypes
+    def add(a, b):
+        ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)  # dumpable again, so /proc/self/autogroup is writable
+        with open("/proc/self/autogroup", "w") as f:
+            f.write("19")
+        return a + b
+''')
+LOOKS_FOR_ALL = fenced(r'''
+    import ctypes, re
+    def sockets():
+        return [line.split()[-1] for line in open("/proc/net/unix").read().splitlines()[1:]]
+    def names():
+        found = set()
+        for line in open("/proc/self/maps"):
+            fields = line.split()
+            lo, hi = (int(v, 16) for v in fields[0].split("-"))
+            if "rw" in fields[1] and not (len(fields) > 5 and fields[5].startswith("[v")):
+                found.update(m.decode() for m in re.findall(rb"QZleft\d\dQZ", ctypes.string_at(lo, hi - lo)))
+        return sorted(found)
+    def nice():
+        return open("/proc/self/autogroup").read().split()[-1]
+''')
+FRESH = {"asserts": ["assert sockets() == []", "assert names() == []", "assert nice() == '0'"]}
+
+
+def test_a_program_finds_no_socket_name_or_priority_an_earlier_one_left_in_its_sandbox():
+    from rlvr.verifiers.served import plan_servers
+
+    leavers = [PARKS_A_SOCKET, NAMES_ITS_PROCESSES, LOWERS_ITS_GROUP]
+    problems = [{"asserts": [f"assert add(2, {k}) == {2 + k}"]} for k in range(3)]  # three problems: one sandbox
+    assert plan_servers([json.dumps(p) for p in problems] + ["fresh"]) == [[0, 1, 2, 3]]
+    reports = run_python_tests_batch([*leavers, LOOKS_FOR_ALL], [*problems, FRESH], limits=FAST, sandboxes=1)
+    assert [r.score for r in reports] == [1.0, 1.0, 1.0, 1.0], reports[-1].results
+
+
+def test_sandbox_uids_are_this_processs_own_and_never_shared_by_live_jails():
+    from rlvr.verifiers.sandbox import _UID_BASE, sandbox_uids
+
+    block = range(_UID_BASE + os.getpid() * 1000, _UID_BASE + os.getpid() * 1000 + 1000)
+    taken = [(first, first + 64) for first in (sandbox_uids(64) for _ in range(4))]
+    assert all(lo in block and hi - 1 in block for lo, hi in taken)
+    assert all(a[1] <= b[0] for a, b in zip(taken, taken[1:]))  # consecutive jails: disjoint
+    assert (_UID_BASE + 4_194_304 * 1000 + 999) < 2**32 - 2  # the largest pid Linux hands out still fits

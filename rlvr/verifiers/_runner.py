@@ -32,6 +32,9 @@ _MAX_NODES = 100_000  # values larger than this are not reported (an error inste
 _MAX_DEPTH = 100
 _IN_OWN_PID_NAMESPACE = False  # set from the job: true only under bwrap
 _SECCOMP = None  # (prctl, address of the filter's sock_fprog, what keeps it alive), from the job
+_SERVED = False  # a job of a shared sandbox (see _serve)
+_SERVER_IS_INIT = False
+_JOB_UID = None
 
 
 # ------------------------------------------------------------------- child side
@@ -67,12 +70,12 @@ def _redirect(stdin_fd, stdout_fd, keep):
     os.dup2(stdin_fd if stdin_fd is not None else null, 0)
     os.dup2(stdout_fd if stdout_fd is not None else null, 1)
     os.dup2(null, 2)
-    for fd in range(3, 1024):
-        if fd != keep:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+    top = max(1024, os.sysconf("SC_OPEN_MAX"))
+    if keep >= 3:
+        os.closerange(3, keep)
+        os.closerange(keep + 1, top)
+    else:
+        os.closerange(3, top)
     sys.stdin = open(0, "r", encoding="utf-8", errors="replace", closefd=False)
     sys.stdout = open(1, "w", encoding="utf-8", errors="replace", closefd=False)
     sys.stderr = open(2, "w", encoding="utf-8", errors="replace", closefd=False)
@@ -191,8 +194,10 @@ def _spawn(job, target, stdin_fd=None):
     return pid, read_fd
 
 
-def _kill(pid):
-    """Kill and reap a test's child (not yet reaped, so its pid cannot be reused)."""
+def _kill(pid, leftovers=True):
+    """Kill and reap a test's child (not yet reaped, so its pid cannot be reused), and what it
+    left running unless ``leftovers`` is false (a served job's last test: the server clears
+    the whole jail next)."""
     try:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
@@ -201,7 +206,8 @@ def _kill(pid):
         os.waitpid(pid, 0)
     except ChildProcessError:
         pass
-    _kill_leftovers()
+    if leftovers:
+        _kill_leftovers()
 
 
 def _kill_leftovers():
@@ -210,13 +216,40 @@ def _kill_leftovers():
     ``kill(-1)`` reaches every process but init and the caller: in our own PID
     namespace that is exactly the untrusted processes (a fork bomb, a ``setsid``
     grandchild), so the next test starts clean. Outside one it would hit the whole
-    host account, hence the two checks.
+    host account, hence the checks. A job of a shared sandbox (``_serve``) runs below the
+    server, which ``kill(-1)`` would reach: there the job's own uid does the killing (one
+    helper process dropped to it reaches exactly the job's processes) or, with one uid for
+    all, the server is init and out of reach anyway.
     """
-    if _IN_OWN_PID_NAMESPACE and os.getpid() <= 2:
+    if not _IN_OWN_PID_NAMESPACE:
+        return
+    if os.getpid() <= 2 or (_SERVED and _JOB_UID is None and os.getpid() != 1 and _SERVER_IS_INIT):
         try:
             os.kill(-1, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+    elif _SERVED and _JOB_UID is not None:
+        _as_uid(_JOB_UID, lambda: os.kill(-1, signal.SIGKILL))
+
+
+def _as_uid(uid, action):
+    """Run ``action`` in a child that dropped to ``uid`` (None: as is); wait for it."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            null = os.open("/dev/null", os.O_RDWR)
+            for fd in (0, 1, 2):  # not the result stream: a process of the uid could reach it
+                os.dup2(null, fd)
+            os.closerange(3, max(1024, os.sysconf("SC_OPEN_MAX")))
+            if uid is not None:
+                os.setgroups([])
+                os.setgid(uid)
+                os.setuid(uid)
+            action()
+        except BaseException:
+            os._exit(1)
+        os._exit(0)
+    os.waitpid(pid, 0)
 
 
 def _exit_status(pid, deadline):
@@ -282,7 +315,7 @@ def _run_asserts(job):
                 else:
                     continue  # noise does not buy time: only progress resets the clock
                 deadline = time.monotonic() + limits["test_s"]
-        _kill(pid)
+        _kill(pid, leftovers=not (_SERVED and expected >= n))
         os.close(fd)
         if expected >= n:
             return
@@ -319,7 +352,8 @@ def _run_io(job):
                 break
         os.close(fd)
         code = _exit_status(pid, deadline if error is None else 0)
-        _kill_leftovers()
+        if not (_SERVED and i == len(job["inputs"]) - 1):  # a served job's last: the server clears next
+            _kill_leftovers()
         if code == -1 and error is None:
             error = "Timeout"
         result = {"id": i, "stdout": out[:cap].decode("utf-8", "replace"), "truncated": len(out) > cap, "exit": code}
@@ -364,13 +398,185 @@ def _refuse(reason):
     sys.exit(3)
 
 
+def _read_message(fd):
+    """One length-prefixed message (``b"%d\\n" % len`` then the bytes) from ``fd``, read
+    exactly, never past its end; None at end of input."""
+    header = b""
+    while not header.endswith(b"\n"):
+        byte = os.read(fd, 1)
+        if not byte:
+            return None
+        header += byte
+        if len(header) > 20:
+            raise ValueError("bad message header")
+    size, data = int(header), b""
+    while len(data) < size:
+        chunk = os.read(fd, size - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return json.loads(data)
+
+
+def _serve(header):
+    """A sandbox shared by several programs, one after another, none seeing another's traces.
+
+    This process never reads a job: for job ``n`` it forks a child first, says
+    ``{"ready": n}``, and only then does the host write the job to stdin, which that child
+    alone reads; so every job's process starts as a copy of one that never held a program.
+    Nor does it ever read what a program could have chosen (file names, process names, exit
+    codes): after the job it kills and reaps every other process (statuses unread) and a
+    throwaway child checks and clears the jail, answering only yes or no, so nothing of a job
+    enters the memory the next job's process is copied from. A jail that cannot be cleared
+    ends (the host starts a fresh one). Stdout carries only this process's and the jobs' own
+    lines: a program's processes never hold it (see _redirect).
+    """
+    global _SERVED, _SERVER_IS_INIT, _JOB_UID
+    if not _IN_OWN_PID_NAMESPACE:  # kill(-1) would reach the whole account, not the jail
+        _refuse("a shared sandbox needs its own PID namespace")
+    _SERVED, _SERVER_IS_INIT = True, os.getpid() == 1
+    import socket  # noqa: F401  (imported before any job, for the checks after each: _no_unix_sockets)
+
+    uid_base = header.get("uid_base")
+    for n in range(header["jobs"]):
+        uid = None if uid_base is None else uid_base + n
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                os.setsid()  # a session, so a scheduler autogroup, of the job's own
+                _JOB_UID = uid
+                job = _read_message(0)
+                if job is None:
+                    os._exit(0)
+                null = os.open("/dev/null", os.O_RDONLY)
+                os.dup2(null, 0)  # the stream the next job comes through is not this job's
+                os.close(null)
+                job.update(limits=header["limits"], uid=uid)
+                (_run_io if job["mode"] == "io" else _run_asserts)(job)
+                sys.stdout.flush()
+            except BaseException:
+                code = 1
+            os._exit(code)
+        _emit({"ready": n})
+        _, status = os.waitpid(pid, 0)  # the job's process: trusted code, its status is ours
+        code = os.waitstatus_to_exitcode(status)
+        if not _clear(uid):
+            _emit({"unclean": n, "exit": code})
+            return
+        _emit({"done": n, "exit": code})
+
+
+_CLEAN, _ALIVE, _DIRTY = 0, 2, 3
+
+
+def _clear(uid, patience_s=2.0):
+    """Kill and reap every process but init and this one until a checker finds the jail clean
+    (see _check); False if it is not after ``patience_s``."""
+    import ctypes
+
+    waitpid = ctypes.CDLL(None, use_errno=True).waitpid
+    waitpid.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        while waitpid(-1, None, os.WNOHANG) > 0:  # orphans too, as init; their statuses unread
+            pass
+        verdict = _in_child(lambda: _check(uid))
+        if verdict == _CLEAN:
+            return True
+        if verdict != _ALIVE or time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+
+
+def _in_child(action):
+    """Exit code of ``action()`` run in a child (1 if it raised): what the child read dies with it."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            code = action()
+        except BaseException:
+            code = 1
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+def _check(uid):
+    """In a throwaway child: _ALIVE while a process but init, the server and this one lives;
+    else empty /tmp as the job's uid and _CLEAN if nothing is left there nor in the jail's
+    unix sockets (one bound by a program outlives it while an fd of it is in flight), _DIRTY if
+    something is."""
+    keep = {1, os.getppid(), os.getpid()}
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) not in keep and _state(int(name)) not in ("Z", ""):
+            return _ALIVE
+    if os.listdir("/tmp"):
+        _as_uid(uid, _empty_tmp)
+        if os.listdir("/tmp"):
+            return _DIRTY
+    return _CLEAN if _no_unix_sockets() else _DIRTY
+
+
+def _no_unix_sockets(patience_s=0.2):
+    """Whether the jail's network namespace holds no unix socket. Sockets that only a cycle of
+    in-flight descriptors keeps alive go at the kernel's next collection, which closing a unix
+    socket starts; so: close one, look again, for a moment."""
+    import socket
+
+    deadline = time.monotonic() + patience_s
+    while True:
+        with open("/proc/net/unix", "rb") as f:
+            if len(f.read().splitlines()) <= 1:  # the header line only
+                return True
+        if time.monotonic() > deadline:
+            return False
+        socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).close()
+        time.sleep(0.005)
+
+
+def _state(pid):
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            return f.read().rpartition(b")")[2].split()[0].decode()
+    except (OSError, IndexError):
+        return ""
+
+
+def _empty_tmp():
+    """Remove everything under /tmp, making directories traversable first (a program may
+    have left one with mode 0)."""
+    def remove(path):
+        try:
+            if os.path.isdir(path) and not os.path.islink(path):
+                os.chmod(path, 0o700)
+                for name in os.listdir(path):
+                    remove(os.path.join(path, name))
+                os.rmdir(path)
+            else:
+                os.unlink(path)
+        except OSError:
+            pass
+
+    for name in os.listdir("/tmp"):
+        remove(os.path.join("/tmp", name))
+
+
 def main():
     global _IN_OWN_PID_NAMESPACE
-    job = json.loads(sys.stdin.buffer.read())
+    serve = sys.argv[1:] == ["serve"]
+    job = _read_message(0) if serve else json.loads(sys.stdin.buffer.read())
     _IN_OWN_PID_NAMESPACE = job.get("pid_namespace") is True
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     _start_up(job)
-    (_run_io if job["mode"] == "io" else _run_asserts)(job)
+    if serve:
+        _serve(job)
+    else:
+        (_run_io if job["mode"] == "io" else _run_asserts)(job)
 
 
 if __name__ == "__main__":

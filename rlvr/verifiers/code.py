@@ -39,6 +39,7 @@ from typing import Any
 
 from rlvr.verifiers.judge import CompiledAssert, JudgeError, ProbeFailed, compile_assert, decode_value, evaluate, host_names
 from rlvr.verifiers.sandbox import Limits, SandboxUnavailable, run_job
+from rlvr.verifiers.served import plan_servers, run_jobs_served
 
 __all__ = ["CodeReport", "TestResult", "check_tests", "extract_program", "parse_tests", "python_code", "python_code_batched",
            "run_python_tests", "run_python_tests_batch", "sandbox_preflight"]
@@ -144,30 +145,51 @@ def run_python_tests_batch(
     completions: list[str], tests: list[dict | str], *, limits: Limits | None = None, sandbox: str | None = None,
     sandboxes: int = 2,
 ) -> list[CodeReport]:
-    """`run_python_tests` for many completions: one sandbox per program, `sandboxes` at a time
-    (threads: the work is in the sandbox processes), each program's report the one it gets alone.
+    """`run_python_tests` for many completions, each program's report the one it gets alone,
+    `sandboxes` sandboxes at a time (threads: the work is in the sandbox processes).
 
-    Not several programs in one sandbox, though starting one costs more than a small program's
-    tests: a test's child is forked from the runner, so it would hold every program of the batch
-    in its memory, and a program could run a sibling's solution (docs/verifiers.md)."""
+    A program that occurs several times for the same tests (G samples of one prompt often agree)
+    runs once and every copy gets its verdict; one that draws random numbers gets one draw for
+    all its copies. Programs for different problems share a sandbox, one after another, each
+    started from a process that never held another program, with the jail cleared between them
+    (:mod:`rlvr.verifiers.served`); two programs for the same tests never share one, so nothing a
+    program could learn from an earlier one is a sibling's answer to its own problem."""
     limits = limits or Limits()
     prepared = [_job_for(c, t, limits) for c, t in zip(completions, tests, strict=True)]
+    problems = [_problem_key(t) for t in tests]
+    distinct: dict[tuple[str, str], dict] = {}
+    for (_, job), problem in zip(prepared, problems):
+        if job is not None:
+            distinct.setdefault((problem, json.dumps(job, sort_keys=True)), job)
+    keys = list(distinct)
+    groups = plan_servers([problem for problem, _ in keys])
 
-    def report(item: tuple[tuple[_Spec, dict | None], str]) -> CodeReport:
-        (spec, job), completion = item
-        if job is None:
-            return _not_run(spec, completion, limits)
-        deadline = time.monotonic() + limits.total_s
-        return _judge(spec, run_job(job, limits, sandbox), deadline)
+    def execute(group: list[int]) -> list:
+        return run_jobs_served([distinct[keys[i]] for i in group], limits, sandbox)
 
     pool = ThreadPoolExecutor(max_workers=max(1, sandboxes))
     try:
-        return list(pool.map(report, zip(prepared, completions)))
+        runs = {keys[i]: run for group, group_runs in zip(groups, pool.map(execute, groups)) for i, run in zip(group, group_runs)}
     except BaseException:
         pool.shutdown(wait=True, cancel_futures=True)  # a missing sandbox: do not start the rest of the batch
         raise
     finally:
         pool.shutdown(wait=True)
+    reports = []
+    for (spec, job), completion, problem in zip(prepared, completions, problems):
+        if job is None:
+            reports.append(_not_run(spec, completion, limits))
+        else:
+            run = runs[(problem, json.dumps(job, sort_keys=True))]
+            # Judging counts against the job's limit: each copy gets what the run left of it.
+            reports.append(_judge(spec, run, time.monotonic() + limits.total_s - run.wall_s))
+    return reports
+
+
+def _problem_key(tests: dict | str) -> str:
+    """One text per tests spec however it is written (a dict, its JSON text, other spacing or key
+    order): programs with the same key are for the same problem and never share a sandbox."""
+    return json.dumps(json.loads(tests) if isinstance(tests, str) else tests, sort_keys=True)
 
 
 def _job_for(completion: str, tests: dict | str, limits: Limits) -> tuple[_Spec, dict | None]:

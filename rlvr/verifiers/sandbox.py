@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import functools
 import glob
-import itertools
 import json
 import os
 import re
@@ -50,6 +49,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -63,13 +63,15 @@ __all__ = ["Limits", "SandboxRun", "SandboxUnavailable", "UnsandboxedCodeWarning
 
 RUNNER = Path(__file__).with_name("_runner.py")
 SANDBOX_ENV = "RLVR_CODE_SANDBOX"
-_UID_BASE = 200_000  # sandbox uids: far above any system or human account
+_UID_BASE = 100_000  # sandbox uids: far above any system or human account
+_UIDS_PER_PROCESS = 1000  # process P owns [_UID_BASE + P * 1000, + 1000): below 2**32 - 2 for any pid
 _PREFIX_IN_JAIL = "/opt/python"  # where an interpreter prefix outside /usr is mounted
 _DEVICES = ("null", "zero", "full", "random", "urandom")
 _MASKED_PROC = ("/proc/keys", "/proc/key-users")
 # Directories of third-party code: hidden in the jail wherever they are found.
 _PACKAGE_DIRS = ("site-packages", "dist-packages", "python-wheels")
-_uid_counter = itertools.count()
+_uid_lock = threading.Lock()
+_uid_next = 0
 
 
 @dataclass(frozen=True)
@@ -218,7 +220,7 @@ def run_job(job: dict, limits: Limits, sandbox: str | None = None) -> SandboxRun
         finally:
             _kill_group(proc, grace_s=0.5 if status == "ok" else 0.0)
             if job["uid"] is not None and job_cgroups is None:
-                _sweep_uid(job["uid"])  # with cgroups, removing them below does the same, cheaper
+                _sweep_uids({job["uid"]})  # with cgroups, removing them below does the same, cheaper
     finally:
         if args_fd is not None:
             os.close(args_fd)
@@ -262,13 +264,27 @@ _JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
 
 
 def _sandbox_uid() -> int:
-    """A uid for one job. Concurrent jobs get different uids (the counter, the pid), so
-    one job's fork bomb does not use up another's process limit."""
-    return _UID_BASE + (os.getpid() % 10_000) * 100 + next(_uid_counter) % 100
+    """A uid for one job. Concurrent jobs get different uids, so one job's fork bomb does not
+    use up another's process limit, and the host's sweep after a job kills only its processes."""
+    return sandbox_uids(1)
 
 
-def _sweep_uid(uid: int, patience_s: float = 2.0) -> None:
-    """Return only when no live process runs as the job's uid, killing stragglers.
+def sandbox_uids(count: int) -> int:
+    """The first of ``count`` consecutive uids, from this process's own block (no other process
+    ever holds one of them), round a cycle of 1000 that a few jails of at most 64 jobs at a
+    time never come round to while one that had a uid can still be alive."""
+    global _uid_next
+    if not 0 < count <= _UIDS_PER_PROCESS // 8:
+        raise ValueError(f"uids are handed out at most {_UIDS_PER_PROCESS // 8} at a time, not {count}")
+    with _uid_lock:
+        if _uid_next + count > _UIDS_PER_PROCESS:
+            _uid_next = 0
+        first, _uid_next = _uid_next, _uid_next + count
+    return _UID_BASE + os.getpid() * _UIDS_PER_PROCESS + first
+
+
+def _sweep_uids(uids: set[int], patience_s: float = 2.0) -> None:
+    """Return only when no live process runs as one of the jobs' uids, killing stragglers.
 
     The PID namespace dies with bwrap, but its processes may still be exiting when the
     outer bwrap has already returned (a fork bomb under load takes a moment): the
@@ -277,7 +293,7 @@ def _sweep_uid(uid: int, patience_s: float = 2.0) -> None:
     """
     deadline = time.monotonic() + patience_s
     while True:
-        alive = [pid for pid, state in _processes_of(uid) if state != "Z"]
+        alive = [pid for pid, state in _processes_of(uids) if state != "Z"]
         if not alive or time.monotonic() > deadline:
             return
         for pid in alive:
@@ -288,9 +304,9 @@ def _sweep_uid(uid: int, patience_s: float = 2.0) -> None:
         time.sleep(0.005)
 
 
-def _processes_of(uid: int) -> list[tuple[int, str]]:
-    """(pid, state letter) of every process whose real uid is ``uid``."""
-    found, needle = [], b"\nUid:\t%d\t" % uid
+def _processes_of(uids: set[int]) -> list[tuple[int, str]]:
+    """(pid, state letter) of every process whose real uid is one of ``uids``."""
+    found, needles = [], [b"\nUid:\t%d\t" % uid for uid in uids]
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
@@ -299,7 +315,7 @@ def _processes_of(uid: int) -> list[tuple[int, str]]:
                 status = f.read(1024)
         except OSError:
             continue
-        if needle in status:
+        if any(needle in status for needle in needles):
             state = status.partition(b"\nState:")[2].split(None, 1)[:1]
             found.append((int(entry.name), state[0].decode() if state else "?"))
     return found

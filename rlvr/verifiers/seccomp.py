@@ -25,13 +25,17 @@ calls, and a missed one would fail honest programs. What is refused, and why:
 * memory that no limit counts: SysV IPC (``shm*``, ``msg*``, ``sem*``), POSIX message
   queues (``mq_open``), ``memfd_create``, ``memfd_secret``;
 * per-user kernel objects shared with the host account (``inotify_init*``,
-  ``fanotify_init``).
+  ``fanotify_init``);
+* sockets other than ``AF_UNIX`` (``socket`` with another domain): the jail has no network,
+  and an internet socket on its loopback leaves state that outlives the process (TCP's
+  TIME_WAIT ports), which a later program in a shared jail (:mod:`rlvr.verifiers.served`)
+  could read.
 
 Refused calls fail with ``EPERM``. A call from another ABI (32-bit x86 via ``int 0x80``,
 x32) kills the process: the filter checks the architecture first.
 
-Hand-written rather than through libseccomp: the program is a list of equality tests
-and one flag test (~70 instructions), the runner inside the sandbox may only use the
+Hand-written rather than through libseccomp: the program is a list of equality tests,
+one flag test and one argument test (~75 instructions), the runner inside the sandbox may only use the
 standard library so it needs the bytes anyway, and the only Python binding on PyPI that
 needs no compiler (``pyseccomp``) has not been released since 2021. The syscall
 numbers below are checked against libseccomp's tables by the tests where the library
@@ -67,8 +71,9 @@ SYSCALLS: dict[str, tuple[int | None, int | None]] = {
     "semget": (64, 190), "semop": (65, 193), "semtimedop": (220, 192), "semctl": (66, 191),
     "mq_open": (240, 180), "memfd_create": (319, 279), "memfd_secret": (447, 447),
     "inotify_init": (253, None), "inotify_init1": (294, 26), "fanotify_init": (300, 262),
+    "socket": (41, 198),
 }
-DENIED = tuple(name for name in SYSCALLS if name not in ("clone", "clone3"))
+DENIED = tuple(name for name in SYSCALLS if name not in ("clone", "clone3", "socket"))
 """Calls that fail with EPERM whatever their arguments."""
 
 # Every CLONE_NEW* flag clone() accepts (NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID,
@@ -85,6 +90,7 @@ _X32_BIT = 0x40000000  # x86_64 syscall numbers with this bit set are the x32 AB
 _LD_ABS_W, _JEQ_K, _JGE_K, _JSET_K, _RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
 _RET_KILL_PROCESS, _RET_ERRNO, _RET_ALLOW = 0x80000000, 0x00050000, 0x7FFF0000
 _OFF_NR, _OFF_ARCH, _OFF_ARG0_LOW = 0, 4, 16  # struct seccomp_data, little-endian
+_AF_UNIX = 1
 
 
 class UnsupportedArchitecture(RuntimeError):
@@ -125,18 +131,20 @@ def build_filter(arch: str | None = None) -> Filter:
         raise UnsupportedArchitecture(f"no seccomp syscall table for {arch!r} (have: {sorted(_ARCHES)})")
     audit_arch, column = _ARCHES[arch]
     denied = [nr for name in DENIED if (nr := SYSCALLS[name][column]) is not None]
-    clone_nr, clone3_nr = SYSCALLS["clone"][column], SYSCALLS["clone3"][column]
+    clone_nr, clone3_nr, socket_nr = SYSCALLS["clone"][column], SYSCALLS["clone3"][column], SYSCALLS["socket"][column]
 
-    # Layout: checks, then the shared tail [ALLOW, clone flag test (2), EPERM, ALLOW, ENOSYS,
-    # KILL]. Jumps go forward only and count the instructions skipped (8-bit fields).
+    # Layout: checks, then the shared tail [ALLOW, socket domain test (2), clone flag test (2),
+    # EPERM, ALLOW, ENOSYS, KILL]. Jumps go forward only and count the instructions skipped
+    # (8-bit fields).
     checks: list[tuple[int, int, str]] = []  # (opcode, k, target) with target a tail label
     if arch == "x86_64":
         checks.append((_JGE_K, _X32_BIT, "kill"))
     checks += [(_JEQ_K, nr, "eperm") for nr in denied]
-    checks += [(_JEQ_K, clone3_nr, "enosys"), (_JEQ_K, clone_nr, "clone")]
+    checks += [(_JEQ_K, clone3_nr, "enosys"), (_JEQ_K, clone_nr, "clone"), (_JEQ_K, socket_nr, "socket")]
     head = 3  # load arch, check arch, load nr
     first_tail = head + len(checks)
-    tail = {"clone": first_tail + 1, "eperm": first_tail + 3, "enosys": first_tail + 5, "kill": first_tail + 6}
+    tail = {"socket": first_tail + 1, "clone": first_tail + 3, "eperm": first_tail + 5, "allow": first_tail + 6,
+            "enosys": first_tail + 7, "kill": first_tail + 8}
 
     def jump(at: int, target: str) -> int:
         offset = tail[target] - at - 1
@@ -152,6 +160,8 @@ def build_filter(arch: str | None = None) -> Filter:
         prog.append((opcode, jump(len(prog), target), 0, k))
     prog += [
         (_RET_K, 0, 0, _RET_ALLOW),
+        (_LD_ABS_W, 0, 0, _OFF_ARG0_LOW),  # socket's domain
+        (_JEQ_K, jump(first_tail + 2, "allow"), jump(first_tail + 2, "eperm"), _AF_UNIX),
         (_LD_ABS_W, 0, 0, _OFF_ARG0_LOW),  # clone's flags: every CLONE_NEW* bit is in the low word
         (_JSET_K, 0, 1, CLONE_NEW_FLAGS),  # any of them set: EPERM, else ALLOW
         (_RET_K, 0, 0, _RET_ERRNO | errno.EPERM),
