@@ -242,8 +242,8 @@ class SFTConfig:
     warmup_steps: int = knob(50, "SFT warmup steps.")
     weight_decay: float = knob(0.0, "SFT AdamW weight decay.")
     worked_fraction: float = knob(
-        0.4, "The lab's arithmetic task only: share of SFT targets that are worked solutions, the rest bare boxed answers "
-        "(a user's JSONL data trains on its own solutions)."
+        0.4, "The lab's built-in tasks only: share of SFT targets that are worked solutions (arithmetic: the steps; code: "
+        "the program with its differences in a comment), the rest bare answers (a user's data trains on its own solutions)."
     )
     micro_batch_size: int = knob(16, "Rows per forward/backward; rows are grouped by length to cut padding.")
     save_model: bool = knob(False, "Save the cold-started model under output_dir/sft (a starting point for `model.path`).")

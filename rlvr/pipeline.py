@@ -81,6 +81,7 @@ from rlvr.sources import ModelSource, resolve_model, run_start
 from rlvr.stages.evaluate import EvalResult, evaluate, headline, key_figures, num_batches, percent, write_eval
 from rlvr.stages.sft import SFTProgress, sft_train
 from rlvr.tasks.arithmetic import make_splits, sft_targets as arithmetic_sft_targets
+from rlvr.tasks.code import sft_targets as code_sft_targets
 from rlvr.reward import answer_check, build_reward_terms, close_reward_terms, correctness_term, other_terms, route_of
 
 
@@ -344,6 +345,8 @@ def sft_stage(ctx: RunContext) -> None:
     cfg = ctx.cfg
     if cfg.data.source == "arithmetic":
         targets = arithmetic_sft_targets(ctx.train, cfg.sft.batch_size, cfg.sft.worked_fraction, cfg.run.seed, cfg.task.format)
+    elif cfg.data.source == "code":
+        targets = code_sft_targets(ctx.train, cfg.sft.batch_size, cfg.sft.worked_fraction, cfg.run.seed)
     else:
         targets = solution_targets(ctx.train, cfg.sft.batch_size, cfg.run.seed)
     pairs = ((format_prompt(ctx.tokenizer, e, cfg.data), target) for e, target in targets)

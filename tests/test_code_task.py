@@ -12,7 +12,7 @@ import pytest
 
 from rlvr.config import load_config
 from rlvr.models import build_char_tokenizer
-from rlvr.tasks.code import LEVELS, SHOWN, make_code_splits, make_problem
+from rlvr.tasks.code import LEVELS, SHOWN, make_code_splits, make_problem, sft_targets
 
 from conftest import SOLVABLE
 
@@ -40,6 +40,7 @@ def test_reference_programs_pass_and_tabulating_or_wrong_ones_fail():
     batched = get_verifier("python_code_batched")
     rows = train[:40]
     assert batched([e.prompt for e in rows], [e.solution for e in rows], [e.answer for e in rows]) == [1.0] * len(rows)
+    assert batched([e.prompt for e in rows], [e.info["worked"] for e in rows], [e.answer for e in rows]) == [1.0] * len(rows)
     table = "```python\ndef f(x):\n    return {" + ", ".join(f"{x}: {x + 5}" for x in SHOWN) + "}.get(x, 0)\n```"
     off_by_one = [e.solution.replace("return ", "return 1+") for e in rows[:8]]
     scores = batched(["p"] * 9, [table, *off_by_one], [rows[0].answer, *(e.answer for e in rows[:8])])
@@ -49,6 +50,27 @@ def test_reference_programs_pass_and_tabulating_or_wrong_ones_fail():
 
     e = next(p for p in (make_problem(4, random.Random(i), 19) for i in range(100)) if "x>2" in p.solution)
     assert batched(["p"], [e.solution.replace("x>2", "x>-1")], [e.answer]) != [1.0]
+
+
+def test_the_worked_program_shows_the_differences_that_decide_it_and_sft_mixes_both():
+    import itertools
+    import random
+
+    line = make_problem(2, random.Random(3), 99)
+    f0, f1, f2 = (int(p.split("=")[1]) for p in line.prompt.split()[:3])
+    assert f"# {f1}-{f0}={f1 - f0} {f2}-{f1}={f2 - f1}\n" in line.info["worked"] and f1 - f0 == f2 - f1
+    assert line.info["worked"].replace(line.info["worked"].split("\n")[2] + "\n", "") == line.solution  # the comment only
+    parabola = make_problem(3, random.Random(3), 99)
+    d1, d2 = (int(d.split("=")[1]) for d in parabola.info["worked"].split("# ")[1].split("\n")[0].split())
+    assert d2 == 3 * d1  # a*x*x+b: f(2)-f(1) = 3a, f(1)-f(0) = a
+    conditional = make_problem(4, random.Random(5), 99)
+    shown = [int(p.split("=")[1]) for p in conditional.prompt.split()[:5]]
+    slope, offset = shown[4] - shown[3], shown[3] - 3 * (shown[4] - shown[3])
+    assert conditional.solution.split("return ")[1].startswith(f"{slope}*x+{offset} if")
+    assert f"# {shown[4]}-{shown[3]}={slope} {shown[3]}-{3 * slope}={offset}" in conditional.info["worked"]
+    train, _ = make_code_splits(TASK, seed=0)
+    targets = [t for _, t in itertools.islice(sft_targets(train, 64, 0.4, seed=0), 2000)]
+    assert 0.35 < sum("#" in t for t in targets) / len(targets) < 0.45
 
 
 def test_the_code_tokens_leave_every_arithmetic_id_as_it_was():
@@ -82,3 +104,13 @@ def test_the_code_task_needs_a_code_reward():
     with pytest.raises(ConfigError, match=r"reward.functions: has no python_code term but data.source = 'code'"):
         load_config(overrides=["data.source=code"])
     assert load_config(overrides=["data.source=code", 'reward.functions=["python_code_batched"]']).data.source == "code"
+
+
+def test_shows_work_counts_a_commented_program_and_still_reads_boxed_answers():
+    import random
+
+    from rlvr.stages.evaluate import shows_work
+
+    e = make_problem(2, random.Random(0), 99)
+    assert shows_work(e.info["worked"]) and not shows_work(e.solution) and not shows_work("no program")
+    assert shows_work("3*4=12, 12+5=17 \\boxed{17}") and not shows_work("\\boxed{17}")

@@ -267,11 +267,50 @@ def test_a_program_finds_no_socket_name_or_priority_an_earlier_one_left_in_its_s
     assert [r.score for r in reports] == [1.0, 1.0, 1.0, 1.0], reports[-1].results
 
 
-def test_sandbox_uids_are_this_processs_own_and_never_shared_by_live_jails():
-    from rlvr.verifiers.sandbox import _UID_BASE, sandbox_uids
+def test_sandbox_uids_are_this_processs_own_and_never_those_of_a_jail_still_alive(monkeypatch):
+    from rlvr.verifiers import sandbox
+    from rlvr.verifiers.sandbox import _UID_BASE, release_uids, sandbox_uids
 
+    monkeypatch.setattr(sandbox, "_uid_next", 900)
+    monkeypatch.setattr(sandbox, "_uids_held", {})
     block = range(_UID_BASE + os.getpid() * 1000, _UID_BASE + os.getpid() * 1000 + 1000)
-    taken = [(first, first + 64) for first in (sandbox_uids(64) for _ in range(4))]
-    assert all(lo in block and hi - 1 in block for lo, hi in taken)
-    assert all(a[1] <= b[0] for a, b in zip(taken, taken[1:]))  # consecutive jails: disjoint
+    alive = sandbox_uids(64)  # offsets 900-963
+    assert alive - block.start == 900
+    wrapped = sandbox_uids(64)  # 964 + 64 > 1000: wraps to 0
+    assert wrapped - block.start == 0
+    for _ in range(20):  # round the block again and again: never into the live jail's uids
+        first = sandbox_uids(50)
+        assert first + 50 <= alive or first >= alive + 64, first - block.start
+        release_uids(first, 50)
+    release_uids(alive, 64)
+    assert all(uid in block for uid in (alive, wrapped, wrapped + 63))
     assert (_UID_BASE + 4_194_304 * 1000 + 999) < 2**32 - 2  # the largest pid Linux hands out still fits
+
+
+def test_a_batch_of_different_problems_shares_one_jail_per_sandbox_slot(monkeypatch):
+    """The shared-jail tests above mean something only if the programs did share a jail."""
+    from rlvr.verifiers import served
+
+    started = []
+    real = served.subprocess.Popen
+    monkeypatch.setattr(served.subprocess, "Popen", lambda *a, **k: started.append(1) or real(*a, **k))
+    problems = [{"asserts": [f"assert add(1, {k}) == {1 + k}"]} for k in range(6)]
+    reports = run_python_tests_batch([RIGHT] * 6, problems, limits=FAST, sandboxes=1)
+    assert [r.score for r in reports] == [1.0] * 6 and len(started) == 1
+    started.clear()
+    run_python_tests_batch([RIGHT] * 6, problems, limits=FAST, sandboxes=2)
+    assert len(started) == 2  # one jail per slot, three programs each
+    started.clear()
+    programs = [LEAVES_TRACES, FINDS_NOTHING]
+    run_python_tests_batch(programs, [ADD, CLEAN], limits=Limits(test_s=2.0, total_s=10.0), sandboxes=1)
+    assert len(started) == 1  # the leftovers test's programs did share one
+
+
+def test_a_shared_jail_that_cannot_start_is_a_missing_sandbox_not_a_zero(monkeypatch):
+    from rlvr.verifiers import served
+    from rlvr.verifiers.sandbox import SandboxUnavailable
+
+    real = served._bwrap_args
+    monkeypatch.setattr(served, "_bwrap_args", lambda *a: (["--no-such-bwrap-option", *real(*a)[0]], real(*a)[1]))
+    with pytest.raises(SandboxUnavailable, match="bwrap"):
+        run_python_tests_batch([RIGHT, WRONG], [ADD, {"asserts": ["assert add(1, 1) == 2"]}], limits=FAST)

@@ -66,9 +66,15 @@ def thinking_block(completion: str, open_tag: str, close_tag: str, opened: bool 
 
 def shows_work(completion: str) -> bool:
     """True when there is text before the final box (a bare `\\boxed{42}` shows none, nor one
-    after an empty thinking block, `<think></think>\\boxed{42}`)."""
+    after an empty thinking block, `<think></think>\\boxed{42}`); for an answer that is a program
+    (no box), when its last ```python block holds a comment line (the code lab's worked form)."""
     head, sep, _ = completion.rpartition("\\boxed")
-    return bool(sep) and bool(head.replace("<think>", "").replace("</think>", "").strip())
+    if sep:
+        return bool(head.replace("<think>", "").replace("</think>", "").strip())
+    from rlvr.verifiers.code import extract_program
+
+    program = extract_program(completion)
+    return program is not None and any(line.lstrip().startswith("#") for line in program.splitlines())
 
 
 @dataclass

@@ -11,16 +11,19 @@ sandboxed `python_code` verifier runs it on other points, comparing with integer
 
 The tests check points the prompt never shows (a conditional's also the shown ones, so its
 threshold must be right), so a program that only tabulates the examples fails; the held-out split
-is drawn first and shares no function with train (compared by values, not by spelling). The reference program
-is each row's SFT solution (a cold start that teaches the format); RL then rewards programs that
-are right on the hidden points (`reward.functions = ["python_code_batched"]`).
+is drawn first and shares no function with train (compared by values, not by spelling).
+
+The cold start mixes, as the arithmetic lab does, the bare reference program with the same
+program showing its work in a comment (`# 51-44=7 58-51=7`: the differences that decide the family
+and the slope), `sft.worked_fraction` of the time; RL then rewards programs that are right on the
+hidden points (`reward.functions = ["python_code_batched"]`), and has a behaviour to select.
 """
 
 from __future__ import annotations
 
 import json
 import random
-from typing import Callable
+from typing import Callable, Iterator
 
 from rlvr.config import TaskConfig
 from rlvr.data import Example
@@ -59,13 +62,37 @@ def signature(f: Callable[[int], int]) -> tuple[int, ...]:
 
 
 def make_problem(level: int, rng: random.Random, limit: int) -> Example:
+    """The problem; its solution is the bare program and ``info["worked"]`` the same program with
+    the work shown in a comment (see `worked_comment`)."""
     expression, f = _function(level, rng, limit)
     points = SHOWN if level != 4 else SHOWN_CONDITIONAL
     prompt = " ".join(f"f({x})={f(x)}" for x in points) + " ->"
     tested = TESTED if level != 4 else SHOWN_CONDITIONAL + TESTED_CONDITIONAL
     tests = {"asserts": [f"assert f({x}) == {f(x)}" for x in tested]}
     program = f"```python\ndef f(x):\n    return {expression}\n```"
-    return Example(prompt, json.dumps(tests), program, level, {"expression": expression, "signature": signature(f)})
+    worked = f"```python\ndef f(x):\n    {worked_comment(level, f)}\n    return {expression}\n```"
+    return Example(prompt, json.dumps(tests), program, level, {"expression": expression, "signature": signature(f), "worked": worked})
+
+
+def worked_comment(level: int, f: Callable[[int], int]) -> str:
+    """The differences that decide the program, written out: ``# 51-44=7 58-51=7`` (equal: a line
+    of that slope; the second three times the first: a parabola); for a conditional the slope
+    past the threshold and the offset, ``# 38-29=9 29-27=2`` (f(4)-f(3), then f(3)-3*slope)."""
+    if level == 4:
+        slope = f(4) - f(3)
+        return f"# {f(4)}-{f(3)}={slope} {f(3)}-{3 * slope}={f(3) - 3 * slope}"
+    return f"# {f(1)}-{f(0)}={f(1) - f(0)} {f(2)}-{f(1)}={f(2) - f(1)}"
+
+
+def sft_targets(examples: list[Example], batch_size: int, worked_fraction: float, seed: int) -> Iterator[tuple[Example, str]]:
+    """The code lab's cold-start mixture, as the arithmetic lab's: each sampled problem's worked
+    program with probability `worked_fraction`, else the bare one; RL then has two behaviours to
+    choose between, and showing the work is the more accurate one."""
+    rng = random.Random(f"sft:{seed}")
+    while True:
+        for i in [rng.randrange(len(examples)) for _ in range(batch_size)]:
+            e = examples[i]
+            yield e, e.info["worked"] if rng.random() < worked_fraction else e.solution or ""
 
 
 def family_size(level: int, limit: int) -> int:
@@ -77,7 +104,7 @@ def family_size(level: int, limit: int) -> int:
 def make_code_splits(cfg: TaskConfig, seed: int) -> tuple[list[Example], list[Example]]:
     """(train, held-out): the held-out functions drawn first, evenly per level but at most a quarter
     of a level's family (level 1 has only limit + 1 functions); train never holds a held-out one.
-    Constants go up to task.max_operand (at least 2)."""
+    Offsets go up to task.max_operand (at least 2), slopes 2..MAX_SLOPE."""
     rng = random.Random(f"code:{seed}")
     limit = max(2, cfg.max_operand)
     held, seen = [], set()

@@ -11,7 +11,8 @@ Built in (see docs/verifiers.md):
 * ``boxed_math``: strict math on the last ``\\boxed{...}`` (:mod:`rlvr.verifiers.math`);
 * ``python_code`` / ``python_code_all_or_nothing``: the last ```python block run on the
   gold tests (a dict, or its JSON text) in a bubblewrap sandbox (:mod:`rlvr.verifiers.code`);
-  ``python_code_batched``: the same scores for a whole batch, two sandboxes at a time;
+  ``python_code_batched``: the same scores for a whole batch (repeats run once, programs of
+  different problems one after another in shared jails, :mod:`rlvr.verifiers.served`);
 * ``think_format``: exactly one ``<think>...</think>`` block, then an answer;
 * ``mode_format``: the format a prompt's mode switch asks for (``think``: as think_format;
   ``no_think``: an empty block, then the answer);

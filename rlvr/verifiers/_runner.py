@@ -460,11 +460,12 @@ def _serve(header):
             os._exit(code)
         _emit({"ready": n})
         _, status = os.waitpid(pid, 0)  # the job's process: trusted code, its status is ours
-        code = os.waitstatus_to_exitcode(status)
+        _emit({"finished": n, "exit": os.waitstatus_to_exitcode(status)})  # the job's clock stops here
+        status = None
         if not _clear(uid):
-            _emit({"unclean": n, "exit": code})
+            _emit({"unclean": n})
             return
-        _emit({"done": n, "exit": code})
+        _emit({"done": n})
 
 
 _CLEAN, _ALIVE, _DIRTY = 0, 2, 3
@@ -507,14 +508,18 @@ def _in_child(action):
 
 
 def _check(uid):
-    """In a throwaway child: _ALIVE while a process but init, the server and this one lives;
+    """In a throwaway child: _ALIVE while a process but init, the server and this one lives (or
+    is a zombie the server has yet to reap);
     else empty /tmp as the job's uid and _CLEAN if nothing is left there nor in the jail's
     unix sockets (one bound by a program outlives it while an fd of it is in flight), _DIRTY if
     something is."""
-    keep = {1, os.getppid(), os.getpid()}
+    server = os.getppid()
+    keep = {1, server, os.getpid()}
     for name in os.listdir("/proc"):
-        if name.isdigit() and int(name) not in keep and _state(int(name)) not in ("Z", ""):
-            return _ALIVE
+        if name.isdigit() and int(name) not in keep:
+            state, parent = _state(int(name))
+            if state not in ("Z", "") or (state == "Z" and parent == server):  # a zombie the server is to reap
+                return _ALIVE
     if os.listdir("/tmp"):
         _as_uid(uid, _empty_tmp)
         if os.listdir("/tmp"):
@@ -540,11 +545,13 @@ def _no_unix_sockets(patience_s=0.2):
 
 
 def _state(pid):
+    """(state letter, parent pid) of a process; ("", 0) if it is gone."""
     try:
         with open("/proc/%d/stat" % pid, "rb") as f:
-            return f.read().rpartition(b")")[2].split()[0].decode()
-    except (OSError, IndexError):
-        return ""
+            fields = f.read().rpartition(b")")[2].split()
+        return fields[0].decode(), int(fields[1])
+    except (OSError, IndexError, ValueError):
+        return "", 0
 
 
 def _empty_tmp():

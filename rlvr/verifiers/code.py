@@ -39,7 +39,7 @@ from typing import Any
 
 from rlvr.verifiers.judge import CompiledAssert, JudgeError, ProbeFailed, compile_assert, decode_value, evaluate, host_names
 from rlvr.verifiers.sandbox import Limits, SandboxUnavailable, run_job
-from rlvr.verifiers.served import plan_servers, run_jobs_served
+from rlvr.verifiers.served import MAX_JOBS_PER_SANDBOX, can_serve, plan_servers, run_jobs_served
 
 __all__ = ["CodeReport", "TestResult", "check_tests", "extract_program", "parse_tests", "python_code", "python_code_batched",
            "run_python_tests", "run_python_tests_batch", "sandbox_preflight"]
@@ -162,12 +162,17 @@ def run_python_tests_batch(
         if job is not None:
             distinct.setdefault((problem, json.dumps(job, sort_keys=True)), job)
     keys = list(distinct)
-    groups = plan_servers([problem for problem, _ in keys])
+    workers = max(1, sandboxes)
+    if can_serve(limits, sandbox):  # at least one jail per worker when there are enough programs
+        groups = plan_servers([problem for problem, _ in keys], cap=max(1, min(MAX_JOBS_PER_SANDBOX, -(-len(keys) // workers))))
+    else:  # no bwrap or per-job cgroups: a sandbox per program, `sandboxes` at a time
+        groups = [[i] for i in range(len(keys))]
 
     def execute(group: list[int]) -> list:
-        return run_jobs_served([distinct[keys[i]] for i in group], limits, sandbox)
+        jobs = [distinct[keys[i]] for i in group]
+        return run_jobs_served(jobs, limits, sandbox) if can_serve(limits, sandbox) else [run_job(jobs[0], limits, sandbox)]
 
-    pool = ThreadPoolExecutor(max_workers=max(1, sandboxes))
+    pool = ThreadPoolExecutor(max_workers=workers)
     try:
         runs = {keys[i]: run for group, group_runs in zip(groups, pool.map(execute, groups)) for i, run in zip(group, group_runs)}
     except BaseException:
@@ -250,8 +255,9 @@ def python_code_all_or_nothing(completion: str, tests: dict | str) -> float:
 
 def python_code_batched(prompts: list, completions: list[str], answer: list[str], **_: Any) -> list[float]:
     """:func:`python_code` for a whole batch (TRL's batched signature; the tests are each row's
-    answer): the batch's programs two sandboxes at a time (`run_python_tests_batch`), so a
-    training process with reward.workers = 0 still verifies on both cores."""
+    answer) through `run_python_tests_batch`: repeats once, programs of different problems one after
+    another in shared jails, two jails at a time, so a training process with reward.workers = 0
+    still verifies on both cores."""
     return [report.score for report in run_python_tests_batch(list(completions), list(answer))]
 
 

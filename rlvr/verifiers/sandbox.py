@@ -72,6 +72,7 @@ _MASKED_PROC = ("/proc/keys", "/proc/key-users")
 _PACKAGE_DIRS = ("site-packages", "dist-packages", "python-wheels")
 _uid_lock = threading.Lock()
 _uid_next = 0
+_uids_held: dict[int, int] = {}  # first offset in the block: count, for shared jails still alive
 
 
 @dataclass(frozen=True)
@@ -186,7 +187,7 @@ def run_job(job: dict, limits: Limits, sandbox: str | None = None) -> SandboxRun
         else:
             warnings.warn(
                 "running untrusted code WITHOUT the bubblewrap sandbox (sandbox='none'): it can "
-                "read your files and environment and use the network",
+                "read your files and environment (only the seccomp filter, where it loads, keeps it off the network)",
                 UnsandboxedCodeWarning,
                 stacklevel=3,
             )
@@ -270,17 +271,32 @@ def _sandbox_uid() -> int:
 
 
 def sandbox_uids(count: int) -> int:
-    """The first of ``count`` consecutive uids, from this process's own block (no other process
-    ever holds one of them), round a cycle of 1000 that a few jails of at most 64 jobs at a
-    time never come round to while one that had a uid can still be alive."""
+    """The first of ``count`` consecutive uids from this process's own block (no other process
+    ever holds one of them), none of them held by a jail still alive: hand them back with
+    `release_uids` once the jail's processes are swept. A one-job sandbox's uid is taken back
+    when the next one is handed out past it (its sweep ends before `run_job` returns)."""
     global _uid_next
     if not 0 < count <= _UIDS_PER_PROCESS // 8:
         raise ValueError(f"uids are handed out at most {_UIDS_PER_PROCESS // 8} at a time, not {count}")
     with _uid_lock:
-        if _uid_next + count > _UIDS_PER_PROCESS:
-            _uid_next = 0
-        first, _uid_next = _uid_next, _uid_next + count
-    return _UID_BASE + os.getpid() * _UIDS_PER_PROCESS + first
+        for _ in range(2 * _UIDS_PER_PROCESS):
+            if _uid_next + count > _UIDS_PER_PROCESS:
+                _uid_next = 0
+            first = _uid_next
+            clash = next((lo + n for lo, n in _uids_held.items() if lo < first + count and first < lo + n), None)
+            if clash is None:
+                _uid_next = first + count
+                if count > 1:
+                    _uids_held[first] = count
+                return _UID_BASE + os.getpid() * _UIDS_PER_PROCESS + first
+            _uid_next = clash
+    raise SandboxUnavailable(f"no {count} free sandbox uids in this process's block: too many shared jails alive at once")
+
+
+def release_uids(first_uid: int, count: int) -> None:
+    """Give back what `sandbox_uids` handed out (after the jail's processes are swept)."""
+    with _uid_lock:
+        _uids_held.pop(first_uid - _UID_BASE - os.getpid() * _UIDS_PER_PROCESS, None)
 
 
 def _sweep_uids(uids: set[int], patience_s: float = 2.0) -> None:

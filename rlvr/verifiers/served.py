@@ -5,20 +5,23 @@ here, several times what a small program's tests take, so a batch of programs on
 is bound by start-ups. Here one sandbox serves a list of jobs: the runner's ``serve`` mode
 (``_runner._serve``) forks a process for each job before the job exists anywhere in the jail,
 so what a job's process holds is its own program and probes and nothing of any other; between
-jobs every other process is killed and reaped and ``/tmp`` is emptied, and a jail that cannot be
-cleared is abandoned for a fresh one. Each job keeps its own wall-clock limit (``total_s``, from
-the moment the host hands it over); a job that overruns it takes its sandbox with it, and the jobs
-after it start in a fresh one.
+jobs every other process is killed and reaped, ``/tmp`` is emptied and a throwaway child checks
+that no process, file or unix socket is left (the server itself never reads anything a program
+chose), and a jail that is not clean is abandoned for a fresh one. Each job has its own session,
+its own uid (as root) and its own wall-clock limit (``total_s``, from the moment the host hands it
+over to its last line; the clearing after it is not on its clock); a job that overruns takes its
+sandbox with it, and the jobs after it start in a fresh one.
 
-What a shared jail still shares, and why it is bounded: the PID counter and the network
-namespace, whose only stateful use, TCP's TIME_WAIT ports, needs an internet socket that the
-seccomp filter refuses (only ``AF_UNIX`` sockets; there is no network in the jail anyway). The
-PID counter passes a few bits from one job to the next. So the caller never puts two programs
-for the same tests in one sandbox (`plan_servers`): what one program could learn from an
-earlier one is about another problem, never a sibling's answer to its own.
+What a shared jail still shares, and why it is bounded: counters. The PID counter and the inode
+numbers of ``/tmp`` move by what an earlier job did, a few bits from one job to the next. The
+network namespace is shared too; its stateful parts are refused (internet sockets, by the
+seccomp filter: TCP's TIME_WAIT ports outlive a process) or checked (a unix socket left bound).
+So the caller never puts two programs for the same tests in one sandbox (`plan_servers`): what
+one program could learn from an earlier one is about another problem, never a sibling's answer
+to its own.
 
 Not used without bwrap (``sandbox="none"`` has no PID namespace to clear) nor with per-job
-cgroups (``Limits.cgroups``): there every job gets its own sandbox as before (`run_job`).
+cgroups (``Limits.cgroups``): there every job gets its own sandbox, as before (`run_job`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import selectors
+import signal
 import subprocess
 import time
 from collections import defaultdict
@@ -33,7 +37,7 @@ from typing import Hashable, Sequence
 
 from rlvr.verifiers.sandbox import (
     Limits, SandboxRun, SandboxUnavailable, _bwrap_args, _failed_to_start, _kill_group, _pipe_with, _seccomp_filter,
-    _sweep_uids, parse_result_line, resolve_sandbox, run_job, sandbox_uids,
+    _sweep_uids, parse_result_line, release_uids, resolve_sandbox, sandbox_uids,
 )
 
 __all__ = ["MAX_JOBS_PER_SANDBOX", "plan_servers", "run_jobs_served"]
@@ -59,17 +63,19 @@ def can_serve(limits: Limits, sandbox: str | None) -> bool:
 
 def run_jobs_served(jobs: list[dict], limits: Limits, sandbox: str | None = None) -> list[SandboxRun]:
     """Each job's run, as `run_job` would give it, through as few sandboxes as failures allow.
-    The caller has grouped the jobs (`plan_servers`)."""
-    if not can_serve(limits, sandbox):
-        return [run_job(job, limits, sandbox) for job in jobs]
+    The caller has grouped the jobs (`plan_servers`) and checked `can_serve`."""
     runs: list[SandboxRun] = []
     while len(runs) < len(jobs):
-        runs += _serve(jobs[len(runs) : len(runs) + MAX_JOBS_PER_SANDBOX], limits)
+        done = _serve(jobs[len(runs) : len(runs) + MAX_JOBS_PER_SANDBOX], limits)
+        if not done:  # a fresh jail never got ready for its first job: not the program's doing
+            raise SandboxUnavailable("a fresh shared sandbox did not get ready for its first job")
+        runs += done
     return runs
 
 
 def _serve(jobs: list[dict], limits: Limits) -> list[SandboxRun]:
-    """Run jobs in one fresh sandbox until they end or one fails (that one's run is the last)."""
+    """Run jobs in one fresh sandbox until they end or one fails (that one's run is the last).
+    A job the jail never got ready for has no run: the caller retries it in a fresh jail."""
     seccomp = _seccomp_filter(required=True)
     as_root = os.geteuid() == 0
     uid_base = sandbox_uids(len(jobs)) if as_root else None  # job n runs as uid_base + n
@@ -83,40 +89,56 @@ def _serve(jobs: list[dict], limits: Limits) -> list[SandboxRun]:
             stderr=subprocess.PIPE, env={"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"}, start_new_session=True, pass_fds=(args_fd,),
         )
     except OSError as err:
+        if uid_base is not None:
+            release_uids(uid_base, len(jobs))
         raise SandboxUnavailable(f"could not start the sandbox: {err}") from err
     finally:
         os.close(args_fd)
     channel = _Channel(proc)
     runs: list[SandboxRun] = []
     try:
-        if channel.send(_message(header), time.monotonic() + limits.total_s) != "ok":
-            _kill_group(proc, grace_s=0.0)
-            raise SandboxUnavailable(f"the sandbox failed to start: {channel.err.decode('utf-8', 'replace')[-4000:].strip()}")
-        for n, job in enumerate(jobs):
+        started = channel.send(_message(header), time.monotonic() + limits.total_s) == "ok"
+        for n, job in enumerate(jobs if started else ()):
             run = _one(channel, n, job, limits)
+            if run is None:
+                break
             runs.append(run)
             if run.status != "ok" or channel.ended:
                 break
     finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # the whole jail; then what its stderr still holds
+        except (ProcessLookupError, PermissionError):
+            pass
+        if not any(run.lines for run in runs):
+            channel.drain_stderr()
         _kill_group(proc, grace_s=0.0)
+        channel.close()
         if uid_base is not None:
             _sweep_uids({uid_base + n for n in range(len(jobs))})
+            release_uids(uid_base, len(jobs))
     if not any(run.lines for run in runs) and proc.returncode != 0 and _failed_to_start(proc.returncode, channel.err, "bwrap"):
         raise SandboxUnavailable(f"the sandbox failed to start: {channel.err.decode('utf-8', 'replace')[-4000:].strip()}")
     return runs
 
 
-def _one(channel: "_Channel", n: int, job: dict, limits: Limits) -> SandboxRun:
-    """Hand job ``n`` over when the jail is ready for it and collect its lines until it is done."""
-    start = time.monotonic()
+CLEAR_S = 5.0
+"""How long the host waits for the jail to be cleared after a job (the server gives up at ~2.2 s)."""
+
+
+def _one(channel: "_Channel", n: int, job: dict, limits: Limits) -> SandboxRun | None:
+    """Hand job ``n`` over when the jail is ready for it and collect its lines until it has
+    finished; then wait for the jail to be cleared (not on the job's clock). None when the jail
+    never got ready for it."""
+    if channel.wait_for({"ready": n}, time.monotonic() + limits.total_s) != "ok":
+        return None
+    start = time.monotonic()  # the job's clock: from the hand-over to its last line
     deadline = start + limits.total_s
     n_tests = max(len(job.get("probes", [])), len(job.get("inputs", [])))
     cap = (n_tests + 1) * 8 * (limits.output_kb << 10)  # as run_job: JSON escaping may grow text
     run = SandboxRun(status="crashed")
     channel.job_err = b""
-    status = channel.wait_for({"ready": n}, deadline)
-    if status == "ok":
-        status = channel.send(_message(job), deadline)
+    status = channel.send(_message(job), deadline)
     received = 0
     while status == "ok":
         line = channel.line(deadline, cap)
@@ -130,14 +152,17 @@ def _one(channel: "_Channel", n: int, job: dict, limits: Limits) -> SandboxRun:
         msg = parse_result_line(line)
         if msg is None:
             continue
-        if msg.get("done") == n or msg.get("unclean") == n:
-            channel.ended = "unclean" in msg
+        if msg.get("finished") == n:
             status = "ok" if msg.get("exit") == 0 else "crashed"
+            run.wall_s = time.monotonic() - start
+            cleared = channel.wait_for({"done": n}, time.monotonic() + CLEAR_S)
+            channel.ended = cleared != "ok"  # "unclean", or it never said: a fresh jail for the rest
             break
         if "id" in msg and len(run.lines) <= 2 * n_tests + 8:  # honest runners send one line per test
             run.lines.append(msg)
+    if status != "ok":
+        run.wall_s = time.monotonic() - start
     run.status = {"eof": "crashed"}.get(status, status)
-    run.wall_s = time.monotonic() - start
     run.stderr = channel.job_err.decode("utf-8", "replace")[-4000:]
     return run
 
@@ -171,6 +196,8 @@ class _Channel:
                 if out in ready:
                     try:
                         data = data[os.write(out, data[:65536]):]
+                    except BlockingIOError:
+                        pass
                     except OSError:
                         return "eof"
                 if ready and not self._pump(ready):
@@ -193,12 +220,29 @@ class _Channel:
         return line
 
     def wait_for(self, expected: dict, deadline: float) -> str:
+        """Read lines until one equal to ``expected``; "ok", or why not."""
         while True:
             line = self.line(deadline)
             if isinstance(line, str):
                 return line
-            if parse_result_line(line) == expected:
+            msg = parse_result_line(line)
+            if msg == expected:
                 return "ok"
+            if msg is not None and ("unclean" in msg or "ready" in msg):
+                return "unexpected"
+
+    def drain_stderr(self, patience_s: float = 0.5) -> None:
+        """Read what stderr still holds (a failed start's reason) until it ends or a moment passes."""
+        deadline = time.monotonic() + patience_s
+        fd = self.proc.stderr.fileno()  # type: ignore[union-attr]
+        while fd in {key.fd for key in self.selector.get_map().values()}:
+            ready = self._select(deadline)
+            if not ready:
+                return
+            self._pump(ready)
+
+    def close(self) -> None:
+        self.selector.close()
 
     def _select(self, deadline: float) -> set | None:
         wait = deadline - time.monotonic()
@@ -207,21 +251,22 @@ class _Channel:
         return {key.fd for key, _ in self.selector.select(wait)}
 
     def _pump(self, ready: set) -> bool:
-        """Read what is ready; False once stdout has ended."""
+        """Read every stream that is ready; False once stdout has ended."""
+        alive = True
         for stream in (self.proc.stdout, self.proc.stderr):
             fd = stream.fileno()  # type: ignore[union-attr]
-            if fd not in ready:
+            if fd not in ready or fd not in {key.fd for key in self.selector.get_map().values()}:
                 continue
             chunk = os.read(fd, 65536)
-            if stream is self.proc.stdout:
-                if not chunk:
-                    return False
+            if not chunk:
+                self.selector.unregister(stream)
+                if stream is self.proc.stdout:
+                    alive = False
+            elif stream is self.proc.stdout:
                 self.buffer += chunk
-            elif chunk:
+            else:
                 if len(self.err) < 65536:
                     self.err += chunk
                 if len(self.job_err) < 65536:
                     self.job_err += chunk
-            else:
-                self.selector.unregister(stream)
-        return True
+        return alive and self.proc.stdout.fileno() in {key.fd for key in self.selector.get_map().values()}  # type: ignore[union-attr]
