@@ -114,3 +114,11 @@ def test_shows_work_counts_a_commented_program_and_still_reads_boxed_answers():
     e = make_problem(2, random.Random(0), 99)
     assert shows_work(e.info["worked"]) and not shows_work(e.solution) and not shows_work("no program")
     assert shows_work("3*4=12, 12+5=17 \\boxed{17}") and not shows_work("\\boxed{17}")
+
+
+def test_the_code_lab_config_loads_and_names_a_code_reward():
+    from pathlib import Path
+
+    cfg = load_config(str(Path(__file__).parent.parent / "examples" / "code_lab.toml"))
+    assert cfg.data.source == "code" and cfg.reward.functions == ["python_code_batched"]
+    assert cfg.model.tiny.max_positions >= 46 + cfg.rollout.max_new_tokens  # the longest prompt and completion fit

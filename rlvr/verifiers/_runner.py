@@ -438,6 +438,13 @@ def _serve(header):
     import socket  # noqa: F401  (imported before any job, for the checks after each: _no_unix_sockets)
 
     uid_base = header.get("uid_base")
+    import gc
+
+    # Every job's process is a fork of this one: objects that a collection walks (and so writes
+    # to) are copied page by page into each child. Frozen, they are never walked (measured: ~22
+    # -> ~17 ms a job); the collector still runs on what a job allocates, as in a sandbox of its own.
+    gc.collect()
+    gc.freeze()
     for n in range(header["jobs"]):
         uid = None if uid_base is None else uid_base + n
         pid = os.fork()
