@@ -156,21 +156,18 @@ def run_python_tests_batch(
     program could learn from an earlier one is a sibling's answer to its own problem."""
     limits = limits or Limits()
     prepared = [_job_for(c, t, limits) for c, t in zip(completions, tests, strict=True)]
-    problems = [_problem_key(t) for t in tests]
-    distinct: dict[tuple[str, str], dict] = {}
-    for (_, job), problem in zip(prepared, problems):
-        if job is not None:
-            distinct.setdefault((problem, json.dumps(job, sort_keys=True)), job)
+    item_keys = [None if job is None else (_problem_key(t), json.dumps(job, sort_keys=True)) for (_, job), t in zip(prepared, tests)]
+    distinct = {key: job for key, (_, job) in zip(item_keys, prepared) if key is not None}
     keys = list(distinct)
-    workers = max(1, sandboxes)
-    if can_serve(limits, sandbox):  # at least one jail per worker when there are enough programs
+    workers, serve = max(1, sandboxes), can_serve(limits, sandbox)
+    if serve:  # at least one jail per worker when there are enough programs
         groups = plan_servers([problem for problem, _ in keys], cap=max(1, min(MAX_JOBS_PER_SANDBOX, -(-len(keys) // workers))))
     else:  # no bwrap or per-job cgroups: a sandbox per program, `sandboxes` at a time
         groups = [[i] for i in range(len(keys))]
 
     def execute(group: list[int]) -> list:
         jobs = [distinct[keys[i]] for i in group]
-        return run_jobs_served(jobs, limits, sandbox) if can_serve(limits, sandbox) else [run_job(jobs[0], limits, sandbox)]
+        return run_jobs_served(jobs, limits, sandbox) if serve else [run_job(jobs[0], limits, sandbox)]
 
     pool = ThreadPoolExecutor(max_workers=workers)
     try:
@@ -181,11 +178,11 @@ def run_python_tests_batch(
     finally:
         pool.shutdown(wait=True)
     reports = []
-    for (spec, job), completion, problem in zip(prepared, completions, problems):
-        if job is None:
+    for (spec, _), completion, key in zip(prepared, completions, item_keys):
+        if key is None:
             reports.append(_not_run(spec, completion, limits))
         else:
-            run = runs[(problem, json.dumps(job, sort_keys=True))]
+            run = runs[key]
             # Judging counts against the job's limit: each copy gets what the run left of it.
             reports.append(_judge(spec, run, time.monotonic() + limits.total_s - run.wall_s))
     return reports
