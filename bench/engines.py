@@ -9,6 +9,13 @@ engine, alternating which goes first (so drift of the machine falls on both); th
 draw the same tokens (the script checks), so they do identical work. Prints, per engine, the
 median seconds per generate call, milliseconds per decoding step and generated tokens per
 second, and the ratio static / transformers.
+
+`--hf-generate` adds a third column, the model's own `model.generate` (sampling, temperature 1,
+`num_return_sequences` = G, its default DynamicCache), what a user would otherwise call. It draws
+from another random stream, so its tokens differ; `--fixed-length` makes every engine write
+exactly --max-new-tokens tokens per row (EOS never ends a row), so all do the same work:
+
+    .venv/bin/python bench/engines.py --model runs/models/smollm2 --hf-generate --fixed-length --rounds 3
 """
 
 from __future__ import annotations
@@ -27,6 +34,21 @@ from rlvr.rollout import encode_prompts, generate
 from rlvr.tasks.arithmetic import make_splits
 
 ENGINES = ("static", "transformers")
+NEVER = -1  # an EOS id no token has: with --fixed-length no row ends early
+
+
+def hf_generate(model, ids, mask, tokenizer, args, seed: int) -> tuple[int, int]:
+    """model.generate on the same prompts and group size; (decoding steps, generated tokens)."""
+    torch.manual_seed(seed)
+    fixed = {"min_new_tokens": args.max_new_tokens} if args.fixed_length else {}
+    with torch.no_grad():
+        out = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
+                             num_return_sequences=args.group_size, max_new_tokens=args.max_new_tokens,
+                             eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, **fixed)
+    new = out[:, ids.shape[1]:]
+    ended = new == tokenizer.eos_token_id
+    lengths = torch.where(ended.any(1), ended.int().argmax(1) + 1, torch.full((new.shape[0],), new.shape[1]))
+    return new.shape[1], int(lengths.sum())
 
 
 def main() -> None:
@@ -42,7 +64,10 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--hf-generate", action="store_true", help="also time the model's own model.generate")
+    parser.add_argument("--fixed-length", action="store_true", help="every row writes exactly --max-new-tokens tokens")
     args = parser.parse_args()
+    engines = ENGINES + (("model.generate",) if args.hf_generate else ())
     torch.set_num_threads(args.threads)
     torch.set_flush_denormal(True)
 
@@ -58,36 +83,44 @@ def main() -> None:
     train, _ = make_splits(cfg.task, cfg.run.seed)
     stream = PromptStream(train, cfg.run.seed)
 
-    seconds: dict[str, list[float]] = {e: [] for e in ENGINES}
-    steps: dict[str, list[int]] = {e: [] for e in ENGINES}
-    tokens: dict[str, list[int]] = {e: [] for e in ENGINES}
+    seconds: dict[str, list[float]] = {e: [] for e in engines}
+    steps: dict[str, list[int]] = {e: [] for e in engines}
+    tokens: dict[str, list[int]] = {e: [] for e in engines}
+    eos = NEVER if args.fixed_length else tokenizer.eos_token_id
     for r in range(args.rounds + 1):  # round 0 warms up and is not counted
         prompts = [format_prompt(tokenizer, e.prompt, cfg.data) for e in stream.take(args.prompts)]
         ids, mask = encode_prompts(tokenizer, prompts, torch.device("cpu"))
         outs = {}
-        for engine in ENGINES if r % 2 == 0 else ENGINES[::-1]:
+        for engine in engines if r % 2 == 0 else engines[::-1]:
             t0 = time.perf_counter()
-            outs[engine] = generate(model, ids, mask, max_new_tokens=args.max_new_tokens, eos_id=tokenizer.eos_token_id,
-                                    pad_id=tokenizer.pad_token_id, group_size=args.group_size,
-                                    generator=torch.Generator().manual_seed(r), engine=engine)
+            if engine == "model.generate":
+                n_steps, n_tokens = hf_generate(model, ids, mask, tokenizer, args, seed=r)
+            else:
+                outs[engine] = generate(model, ids, mask, max_new_tokens=args.max_new_tokens, eos_id=eos,
+                                        pad_id=tokenizer.pad_token_id, group_size=args.group_size,
+                                        generator=torch.Generator().manual_seed(r), engine=engine)
+                n_steps, n_tokens = outs[engine].completion_ids_BT.shape[1], int(outs[engine].lengths_B.sum())
             if r:
                 seconds[engine].append(time.perf_counter() - t0)
-                steps[engine].append(outs[engine].completion_ids_BT.shape[1])
-                tokens[engine].append(int(outs[engine].lengths_B.sum()))
+                steps[engine].append(n_steps)
+                tokens[engine].append(n_tokens)
         same = torch.equal(outs["static"].completion_ids_BT, outs["transformers"].completion_ids_BT)
         if not same:
             print(f"round {r}: the engines drew different tokens (a float-rounding tie); timings still compare")
 
     print(f"model: {params / 1e6:.2f}M parameters, {args.prompts} prompts x G={args.group_size}, "
-          f"max {args.max_new_tokens} new tokens, {args.threads} threads, {args.rounds} rounds")
+          f"max {args.max_new_tokens} new tokens{' (fixed length)' if args.fixed_length else ''}, {args.threads} threads, "
+          f"{args.rounds} rounds")
     print("| engine | s per generate (median) | ms per decoding step | generated tokens/s |")
     print("|---|---|---|---|")
     med = {}
-    for engine in ENGINES:
+    for engine in engines:
         med[engine] = statistics.median(seconds[engine])
         per_step = statistics.median(s / n for s, n in zip(seconds[engine], steps[engine])) * 1e3
         print(f"| {engine} | {med[engine]:.4f} | {per_step:.2f} | {sum(tokens[engine]) / sum(seconds[engine]):,.0f} |")
     print(f"static / transformers: {med['static'] / med['transformers']:.2f}")
+    if args.hf_generate:
+        print(f"static / model.generate: {med['static'] / med['model.generate']:.2f}")
 
 
 if __name__ == "__main__":

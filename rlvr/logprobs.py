@@ -156,14 +156,19 @@ def completion_logprobs(
     temperature: float = 1.0,
     with_entropy: bool = False,
     budget_mib: float | None = None,
+    score_mask_BT: torch.Tensor | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """log pi(y_t | x, y_<t) for every completion position, shape (B, T); with `with_entropy`
     also the entropy of pi(. | x, y_<t) at each position, (B, T), with its graph. When the batch
-    is past one chunk, positions with mask 0 hold 0 (nothing is computed for them)."""
+    is past one chunk, positions with mask 0 hold 0 (nothing is computed for them).
+
+    `score_mask_BT` (a subset of the completion mask) names the positions that are scored when
+    they differ from those attended to: SFT writes prompt and target as one right-padded row and
+    scores only the target's positions."""
     if isinstance(model, AdapterOffReference):  # the LoRA reference: the policy's own path, adapters off
         with model.policy.disable_adapter():
             return completion_logprobs(model.policy, prompt_ids_BP, prompt_mask_BP, completion_ids_BT, completion_mask_BT,
-                                       temperature, with_entropy, budget_mib)
+                                       temperature, with_entropy, budget_mib, score_mask_BT)
     found = _completion_hidden(model, prompt_ids_BP, prompt_mask_BP, completion_ids_BT, completion_mask_BT)
     if found is None:  # not the Llama family: its own forward, full logits
         logp_BTV = completion_log_softmax(model, prompt_ids_BP, prompt_mask_BP, completion_ids_BT, completion_mask_BT, temperature)
@@ -180,8 +185,8 @@ def completion_logprobs(
     if completion_ids_BT.shape[0] * (completion_ids_BT.shape[1] + 1) <= rows:  # within the budget: one pass, as the model's forward
         outs = score(None, completion_ids_BT, logits=head(hidden_BTH)[:, :-1])
         return (outs[0], outs[1]) if with_entropy else outs[0]
-    mask = completion_mask_BT.bool()  # past the budget: only the positions that count, a chunk at a time
-    outs = _chunked(score, [hidden_BTH[:, :-1][mask], completion_ids_BT[mask]], rows)
+    mask = (completion_mask_BT if score_mask_BT is None else score_mask_BT).bool()  # past the budget: only the positions
+    outs = _chunked(score, [hidden_BTH[:, :-1][mask], completion_ids_BT[mask]], rows)  # that count, a chunk at a time
     logp_BT = _scatter(outs[0], mask)
     return (logp_BT, _scatter(outs[1], mask)) if with_entropy else logp_BT
 
@@ -194,16 +199,18 @@ def completion_teacher_kl(
     completion_ids_BT: torch.Tensor,
     completion_mask_BT: torch.Tensor,
     budget_mib: float | None = None,
+    score_mask_BT: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(B, T) each: the student's negative log-likelihood of each completion token, and KL(teacher
     || student) over the vocabulary at that position (distillation's token-level term), the
     student's with its graph. A token the teacher gives probability 0 adds 0 (not 0 * -inf = NaN).
-    Chunked as `completion_logprobs` is when both are of the Llama family; zeros where mask is 0."""
+    Chunked as `completion_logprobs` is when both are of the Llama family; zeros where the mask
+    (`score_mask_BT` when given, as in `completion_logprobs`) is 0."""
     args = (prompt_ids_BP, prompt_mask_BP, completion_ids_BT, completion_mask_BT)
     found = _completion_hidden(student, *args)
     with torch.no_grad():
         taught = _completion_hidden(teacher, *args)
-    mask = completion_mask_BT.bool()
+    mask = (completion_mask_BT if score_mask_BT is None else score_mask_BT).bool()
 
     def kl_terms(student_BTV: torch.Tensor, teacher_BTV: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         nll = -student_BTV.gather(-1, ids.unsqueeze(-1)).squeeze(-1)

@@ -42,3 +42,56 @@ def test_sft_gradient_is_independent_of_micro_batch_size():
         grads.append(torch.cat([p.grad.flatten() for p in m.parameters()]))
     torch.testing.assert_close(grads[1], grads[0], atol=1e-6, rtol=1e-4)
     torch.testing.assert_close(grads[2], grads[0], atol=1e-6, rtol=1e-4)
+
+
+def test_sft_loss_and_gradient_are_independent_of_the_token_budget():
+    """micro_batch_tokens only regroups rows (and changes their padding): loss and gradient stay."""
+    tok, model = tiny()
+    prompts, targets = PROMPTS * 3, TARGETS[1:] + TARGETS[:1] + TARGETS * 2  # prompts and targets of every length mixed
+    results = []
+    for tokens in (0, 1, 20, 40, 10_000):
+        m = copy.deepcopy(model)
+        loss = sft_backward(m, tok, prompts, targets, micro_batch_size=64, micro_batch_tokens=tokens)
+        results.append((loss, torch.cat([p.grad.flatten() for p in m.parameters()])))
+    for loss, grad in results[1:]:
+        assert abs(loss - results[0][0]) < 1e-6 * abs(results[0][0])
+        torch.testing.assert_close(grad, results[0][1], atol=1e-7, rtol=1e-5)
+
+
+def test_sft_matches_the_separate_prompt_and_target_layout():
+    """One right-padded row per (prompt, target) scores the same tokens as a left-padded prompt
+    block followed by a right-padded target block (the RL update's layout)."""
+    from rlvr.logprobs import completion_logprobs
+    from rlvr.rollout import encode_prompts
+    from rlvr.stages.sft import encode_targets, pad_right
+
+    tok, model = tiny()
+    joined = copy.deepcopy(model)
+    loss = sft_backward(joined, tok, PROMPTS, TARGETS, micro_batch_size=64)
+    p_ids, p_mask = encode_prompts(tok, PROMPTS, torch.device("cpu"))
+    t_ids, t_mask = pad_right(encode_targets(tok, TARGETS), tok.pad_token_id, torch.device("cpu"))
+    logp = completion_logprobs(model, p_ids, p_mask, t_ids, t_mask)
+    reference = -(logp * t_mask).sum() / t_mask.sum()
+    reference.backward()
+    assert abs(loss - reference.item()) < 1e-6 * reference.item()
+    for a, b in zip(joined.parameters(), model.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, atol=1e-7, rtol=1e-5)
+
+
+def test_sft_chunked_output_layer_gives_the_same_loss_and_gradient():
+    """Past the logits budget only target positions go through the output layer, a chunk at a
+    time; the result is that of one pass."""
+    from rlvr.logprobs import DEFAULT_LOGITS_BUDGET_MIB, set_logits_budget
+
+    tok, model = tiny()
+    results = []
+    for budget in (DEFAULT_LOGITS_BUDGET_MIB, 0.005):  # 0.005 MiB: 3 positions a chunk at this vocabulary
+        m = copy.deepcopy(model)
+        set_logits_budget(budget)
+        try:
+            loss = sft_backward(m, tok, PROMPTS, TARGETS, micro_batch_size=64)
+        finally:
+            set_logits_budget(DEFAULT_LOGITS_BUDGET_MIB)
+        results.append((loss, torch.cat([p.grad.flatten() for p in m.parameters()])))
+    assert abs(results[1][0] - results[0][0]) < 1e-6 * results[0][0]
+    torch.testing.assert_close(results[1][1], results[0][1], atol=1e-7, rtol=1e-5)

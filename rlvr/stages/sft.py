@@ -21,13 +21,13 @@ from rlvr.algorithms import aggregate
 from rlvr.checkpoint import fault_point
 from rlvr.config import SFTConfig
 from rlvr.metrics import PhaseBar
-from rlvr.rollout import encode_prompts
 from rlvr.logprobs import backward_outside_autocast, completion_logprobs, completion_teacher_kl
+from rlvr.update import token_budget_batches
 
 
 def encode_targets(tokenizer: PreTrainedTokenizerBase, targets: list[str]) -> list[list[int]]:
     """Token ids of each target followed by EOS (the model must learn to stop)."""
-    return [tokenizer.encode(t, add_special_tokens=False) + [tokenizer.eos_token_id] for t in targets]
+    return [ids + [tokenizer.eos_token_id] for ids in tokenizer(targets, add_special_tokens=False)["input_ids"]]
 
 
 def pad_right(seqs: list[list[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -38,6 +38,18 @@ def pad_right(seqs: list[list[int]], pad_id: int, device: torch.device) -> tuple
         ids[row, : len(seq)] = torch.tensor(seq)
         mask[row, : len(seq)] = 1
     return ids.to(device), mask.to(device)
+
+
+def joined_rows(prompt_ids: list[list[int]], target_ids: list[list[int]], pad_id: int, device: torch.device):
+    """Each row's prompt and target written as one sequence, right-padded to the longest:
+    (ids, attention mask, target mask), each (B, L). One row is as wide as its prompt plus its
+    target, so a short prompt is not padded to the longest prompt (as a left-padded prompt block
+    followed by a target block would be)."""
+    ids, mask = pad_right([p + t for p, t in zip(prompt_ids, target_ids)], pad_id, device)
+    target = torch.zeros_like(mask, dtype=torch.bool)
+    for row, (p, t) in enumerate(zip(prompt_ids, target_ids)):
+        target[row, len(p) : len(p) + len(t)] = True
+    return ids, mask, target
 
 
 def warmup_cosine(warmup: int, total: int):
@@ -52,7 +64,7 @@ def warmup_cosine(warmup: int, total: int):
 
 def sft_backward(
     model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts: list[str], targets: list[str], micro_batch_size: int,
-    teacher: PreTrainedModel | None = None, kl_coef: float = 0.0,
+    teacher: PreTrainedModel | None = None, kl_coef: float = 0.0, micro_batch_tokens: int = 0,
 ) -> float:
     """Accumulate the gradient of the batch's mean loss per target token; returns that loss.
 
@@ -60,25 +72,33 @@ def sft_backward(
     KL(teacher || student) over the vocabulary at that position: the student matches the
     teacher's whole distribution along the trace, not only the token the teacher sampled.
 
-    Rows are sorted by length and cut into micro-batches, so short (bare) targets are not padded
-    to the longest worked solution; the whole batch's token count normalises every micro-batch,
-    so the gradient is exactly that of the whole batch.
+    Rows (prompt + target, one right-padded sequence each) are sorted by length and cut into
+    micro-batches of at most `micro_batch_size` rows and, with `micro_batch_tokens`, at most that
+    many positions (rows x the longest), so short bare answers share a forward by the dozen and
+    are not padded to the longest worked solution. The whole batch's token count normalises every
+    micro-batch, so the gradient is exactly that of the whole batch.
     """
     device = next(model.parameters()).device
+    prompt_ids = tokenizer(prompts, add_special_tokens=False)["input_ids"]  # the ids encode_prompts gives, in one call
+    if any(not ids for ids in prompt_ids):
+        raise ValueError("a prompt encodes to zero tokens")
     target_ids = encode_targets(tokenizer, targets)
     n_tokens = sum(len(ids) for ids in target_ids)
-    order = sorted(range(len(prompts)), key=lambda i: len(target_ids[i]))
+    lengths = torch.tensor([len(p) + len(t) for p, t in zip(prompt_ids, target_ids)])
+    order = torch.argsort(lengths, stable=True)
     total = 0.0
-    for start in range(0, len(order), micro_batch_size):
-        rows = order[start : start + micro_batch_size]
-        prompt_ids, prompt_mask = encode_prompts(tokenizer, [prompts[i] for i in rows], device)
-        ids_BT, mask_BT = pad_right([target_ids[i] for i in rows], tokenizer.pad_token_id, device)
+    for rows in token_budget_batches(order, lengths, micro_batch_size, micro_batch_tokens):
+        rows = rows.tolist()
+        ids, mask, target = joined_rows([prompt_ids[i] for i in rows], [target_ids[i] for i in rows], tokenizer.pad_token_id, device)
+        # The first token plays the prompt; every later position is scored where it is a target token.
+        args = (ids[:, :1], mask[:, :1], ids[:, 1:], mask[:, 1:])
+        scored = target[:, 1:]
         if teacher is None or kl_coef == 0.0:
-            loss_BT = -completion_logprobs(model, prompt_ids, prompt_mask, ids_BT, mask_BT)
+            loss_BT = -completion_logprobs(model, *args, score_mask_BT=scored)
         else:
-            nll_BT, kl_BT = completion_teacher_kl(model, teacher, prompt_ids, prompt_mask, ids_BT, mask_BT)
+            nll_BT, kl_BT = completion_teacher_kl(model, teacher, *args, score_mask_BT=scored)
             loss_BT = nll_BT + kl_coef * kl_BT
-        loss = aggregate(loss_BT, mask_BT, "token_mean", normalizer=n_tokens)
+        loss = aggregate(loss_BT, scored.long(), "token_mean", normalizer=n_tokens)
         backward_outside_autocast(loss)
         total += loss.item()
     return total
@@ -134,7 +154,8 @@ def sft_train(
             raise ValueError(f"sft: the (prompt, target) pairs ran out after {step - 1} steps")
         optimizer.zero_grad(set_to_none=True)
         lr = scheduler.get_last_lr()[0]
-        loss = sft_backward(model, tokenizer, [p for p, _ in batch], [t for _, t in batch], cfg.micro_batch_size, teacher, kl_coef)
+        loss = sft_backward(model, tokenizer, [p for p, _ in batch], [t for _, t in batch], cfg.micro_batch_size, teacher, kl_coef,
+                            cfg.micro_batch_tokens)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         scheduler.step()
