@@ -76,7 +76,8 @@ def main() -> None:
     flags = {f for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags") for f in line.split()[2:]}
     print(f"CPU: avx512f {'yes' if 'avx512f' in flags else 'no'}, avx512_bf16 {'yes' if 'avx512_bf16' in flags else 'no'}, avx2 "
           f"{'yes' if 'avx2' in flags else 'no'}; kernels: {args.isa}; {args.parallel} lab(s) at a time")
-    print("| seed | after SFT | after GRPO | gain (points) | per level (1 / 2 / 3 / 4) | shows work | mean length | seconds SFT / GRPO / total |")
+    levels = " / ".join(sorted(next(iter(summaries.values()))["eval"]["after_rl"]["by_level"]))
+    print(f"| seed | after SFT | after GRPO | gain (points) | per level ({levels}) | shows work | mean length | seconds SFT / GRPO / total |")
     print("|---|---|---|---|---|---|---|---|")
     for seed, s in summaries.items():
         print(row(seed, s))

@@ -141,10 +141,14 @@ class ModelConfig:
 
 @dataclass
 class TaskConfig:
-    min_ops: int = knob(1, "Fewest operators in a built-in arithmetic problem (difficulty level 1).")
-    max_ops: int = knob(4, "Most operators in a built-in arithmetic problem.")
+    min_ops: int = knob(2, "Fewest operators in a built-in arithmetic problem (the lowest difficulty level).")
+    max_ops: int = knob(5, "Most operators in a built-in arithmetic problem.")
     max_operand: int = knob(9, "Operands are drawn from 0..max_operand.")
     operators: str = knob("+-*", "Operators to draw from (subset of '+-*').")
+    max_value: int = knob(
+        19, "Only problems whose worked solution writes numbers in 0..max_value (every intermediate result and the "
+        "answer), so that every step is an operation the tiny model sees often (docs/lab.md); -1 = any integer."
+    )
     num_train: int = knob(20000, "Training problems generated from the seed.")
     num_eval: int = knob(600, "Held-out problems, split evenly across difficulty levels, never in train.")
     prompt_template: str = knob("{expr}=", "How a problem is shown to the model; {expr} is the expression.")
@@ -158,6 +162,7 @@ class TaskConfig:
     def validate(self) -> None:
         _require(1 <= self.min_ops <= self.max_ops, "task.min_ops", "must satisfy 1 <= min_ops <= max_ops")
         _require(self.max_operand >= 1, "task.max_operand", "must be >= 1")
+        _require(self.max_value >= -1, "task.max_value", "must be >= 0, or -1 for any integer")
         _require(bool(self.operators) and set(self.operators) <= set("+-*"), "task.operators", "must be a non-empty subset of '+-*'")
         _require(self.num_train > 0, "task.num_train", "must be > 0")
         _require(self.num_eval > 0, "task.num_eval", "must be > 0")
@@ -236,7 +241,7 @@ class DataConfig:
 
 @dataclass
 class SFTConfig:
-    steps: int = knob(3000, "Cold-start SFT optimizer steps; 0 skips SFT.")
+    steps: int = knob(1500, "Cold-start SFT optimizer steps; 0 skips SFT.")
     batch_size: int = knob(64, "Sequences per SFT step.")
     lr: float = knob(2e-3, "Peak SFT learning rate (AdamW, linear warmup then cosine decay).")
     warmup_steps: int = knob(50, "SFT warmup steps.")
@@ -369,7 +374,7 @@ class AlgoConfig:
 
 @dataclass
 class TrainConfig:
-    steps: int = knob(250, "RL steps (each: rollout, verify, advantages, num_iterations updates).")
+    steps: int = knob(150, "RL steps (each: rollout, verify, advantages, num_iterations updates).")
     lr: float = knob(2e-4, "RL peak learning rate (AdamW), after warmup; train.lr_schedule says what follows.")
     warmup_steps: int = knob(10, "RL learning-rate warmup steps (linear from lr / warmup_steps).")
     lr_schedule: Literal["constant", "linear", "cosine"] = knob(

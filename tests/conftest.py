@@ -38,7 +38,8 @@ def tiny_grpo(tmp_path):
 # verifier often enough for rejection sampling, distillation and recipes to have data.
 SOLVABLE = [
     "model.tiny.hidden_size=32", "model.tiny.num_layers=2", "model.tiny.intermediate_size=64", "model.tiny.num_heads=2",
-    "model.tiny.num_kv_heads=1", "task.num_train=300", "task.num_eval=20", "task.max_ops=2", "task.max_operand=3",
+    "model.tiny.num_kv_heads=1", "task.num_train=300", "task.num_eval=20", "task.min_ops=1", "task.max_ops=2",
+    "task.max_operand=3", "task.max_value=-1",
     "eval.max_new_tokens=12", "rollout.max_new_tokens=12", "rollout.group_size=4", "rollout.prompts_per_step=4",
     "train.micro_batch_size=8", "run.threads=1", "sft.steps=150", "sft.batch_size=16", "sft.lr=5e-3", "sft.worked_fraction=0.5",
     "train.steps=4", "train.lr=1e-3", "train.warmup_steps=1", "eval.samples=4",

@@ -152,7 +152,7 @@ def test_levels_in_range_and_balanced_in_held_out(small_splits):
 
 def test_small_level_is_capped_and_others_make_up_the_difference():
     # one operator over 0..9 with '+-*' has 300 distinct problems: at most 100 held out
-    cfg = TaskConfig(min_ops=1, max_ops=2, num_train=50, num_eval=300)
+    cfg = TaskConfig(min_ops=1, max_ops=2, max_value=-1, num_train=50, num_eval=300)
     train, held = make_splits(cfg, seed=0)
     assert Counter(e.level for e in held) == {1: 100, 2: 200}
     assert len({e.prompt for e in held}) == 300
@@ -160,11 +160,11 @@ def test_small_level_is_capped_and_others_make_up_the_difference():
 
 
 def test_exactly_a_third_of_the_pool_is_allowed_but_not_more():
-    cfg = TaskConfig(min_ops=1, max_ops=1, num_train=10, num_eval=100)  # 300 // 3
+    cfg = TaskConfig(min_ops=1, max_ops=1, max_value=-1, num_train=10, num_eval=100)  # 300 // 3
     assert len(make_splits(cfg, seed=0)[1]) == 100
     with pytest.raises(ValueError, match="num_eval"):
-        make_splits(TaskConfig(min_ops=1, max_ops=1, num_train=10, num_eval=101), seed=0)
-    tiny = TaskConfig(min_ops=1, max_ops=1, max_operand=1, operators="+", num_train=5, num_eval=2)  # pool of 4
+        make_splits(TaskConfig(min_ops=1, max_ops=1, max_value=-1, num_train=10, num_eval=101), seed=0)
+    tiny = TaskConfig(min_ops=1, max_ops=1, max_operand=1, operators="+", max_value=-1, num_train=5, num_eval=2)  # pool of 4
     with pytest.raises(ValueError):
         make_splits(tiny, seed=0)
 
@@ -220,11 +220,43 @@ def test_answers_and_worked_solutions_are_correct(small_splits):
 
 def test_answers_correct_with_larger_operands_and_longer_expressions():
     verifier = boxed_math()
-    cfg = TaskConfig(min_ops=3, max_ops=5, max_operand=30, num_train=60, num_eval=30)
+    cfg = TaskConfig(min_ops=3, max_ops=5, max_operand=30, max_value=-1, num_train=60, num_eval=30)
     train, held = make_splits(cfg, seed=2)
     assert any(int(e.answer) < 0 for e in train + held)  # subtraction makes negatives
     for e in train + held:
         check_example(e, cfg.prompt_template, verifier)
+
+
+def test_max_value_bounds_every_number_a_worked_solution_writes():
+    verifier = boxed_math()
+    cfg = TaskConfig(max_value=19, num_train=300, num_eval=60)
+    train, held = make_splits(cfg, seed=3)
+    for e in train + held:
+        check_example(e, cfg.prompt_template, verifier)  # still the true integer value, worked one operation at a time
+        body = e.solution.rpartition("\n")[0]
+        numbers = [t for step in body.split("=") for t in parse(step)[0::2]]
+        assert all(0 <= n <= 19 for n in numbers), e.solution
+    assert not {e.prompt for e in held} & {e.prompt for e in train}
+    unbounded = make_splits(TaskConfig(max_value=-1, num_train=300, num_eval=60), seed=3)[0]
+    assert any(not 0 <= int(e.answer) <= 19 for e in unbounded)  # the bound is what removed them
+
+
+def test_a_bounded_level_caps_held_out_at_a_third_of_its_own_pool():
+    # one operator over 0..9 with every result in 0..9: 152 problems (counted here by brute force)
+    brute = sum(0 <= (a + b if op == "+" else a - b if op == "-" else a * b) <= 9 for a in range(10) for b in range(10) for op in "+-*")
+    assert brute == 152
+    cfg = TaskConfig(min_ops=1, max_ops=2, max_value=9, num_train=50, num_eval=200)
+    held = make_splits(cfg, seed=0)[1]
+    assert Counter(e.level for e in held) == {1: 152 // 3, 2: 200 - 152 // 3}
+    with pytest.raises(ValueError, match="num_eval"):
+        make_splits(TaskConfig(min_ops=1, max_ops=1, max_value=9, num_train=10, num_eval=51), seed=0)
+
+
+def test_max_value_below_minus_one_is_refused():
+    from rlvr.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match="task.max_value"):
+        load_config(overrides=["task.max_value=-2"])
 
 
 # ----------------------------------------------------------------------------- the worked_steps process reward
@@ -234,7 +266,7 @@ def test_every_worked_solution_of_the_task_earns_the_process_reward(small_splits
     from rlvr.tasks.arithmetic import worked_steps
 
     train, held = small_splits
-    cfg = TaskConfig(min_ops=3, max_ops=5, max_operand=30, num_train=60, num_eval=30)
+    cfg = TaskConfig(min_ops=3, max_ops=5, max_operand=30, max_value=-1, num_train=60, num_eval=30)
     for e in held + train[:200] + sum(make_splits(cfg, seed=2), []):
         assert worked_steps(e.solution, e.answer, e.info["expr"]) == 1.0, e.solution
 

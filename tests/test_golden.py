@@ -37,7 +37,7 @@ GOLDEN = Path(__file__).parent / "golden" / "lab_seed0.json"
 OVERRIDES = [
     "run.seed=0", "run.device=cpu", "run.threads=1", "run.dtype=float32",
     "model.tiny.hidden_size=64", "model.tiny.intermediate_size=128",
-    "task.max_ops=1", "task.max_operand=4", "task.num_train=500", "task.num_eval=12",
+    "task.min_ops=1", "task.max_ops=1", "task.max_operand=4", "task.max_value=-1", "task.num_train=500", "task.num_eval=12",
     "sft.steps=40", "sft.batch_size=16", "sft.lr=1e-2", "sft.warmup_steps=5",
     "rollout.group_size=4", "rollout.prompts_per_step=16", "rollout.max_new_tokens=16", "eval.max_new_tokens=16",
     "train.steps=4", "train.lr=1e-3", "train.warmup_steps=1", "train.micro_batch_size=16", "train.save_model=false",

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULTS = """
 [defaults]
 model.tiny = { hidden_size = 32, num_layers = 2, intermediate_size = 64, num_heads = 2, num_kv_heads = 1 }
-task = { num_train = 300, num_eval = 20, max_ops = 2, max_operand = 3 }
+task = { num_train = 300, num_eval = 20, min_ops = 1, max_ops = 2, max_operand = 3, max_value = -1 }
 eval = { max_new_tokens = 12, samples = 4 }
 rollout = { max_new_tokens = 12, group_size = 4, prompts_per_step = 4 }
 train = { micro_batch_size = 8, lr = 1e-3, warmup_steps = 1, steps = 4, save_model = false }  # a recipe saves every stage's model anyway

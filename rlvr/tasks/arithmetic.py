@@ -1,19 +1,23 @@
 """Integer arithmetic with graded difficulty: the lab's task.
 
-Difficulty level = number of operators (1 to 3 by default). Operands are 0..max_operand and
+Difficulty level = number of operators (2 to 5 by default). Operands are 0..max_operand and
 `*` binds tighter than `+`/`-`, evaluated left to right. A worked solution rewrites the whole
 expression one operation at a time, then boxes the result:
 
     prompt  "7+3*2="     worked  "7+6=13\\n\\boxed{13}"     bare  "\\boxed{13}"
 
 Each step is a local edit a small transformer can learn; guessing the value of a 3-operator
-expression in one shot is much harder. That gap is what RL exploits in the lab.
+expression in one shot is much harder. That gap is what RL exploits in the lab. With
+`task.max_value` (19 in the lab) only problems whose every written number lies in 0..max_value
+are drawn, so each step is an operation the model sees often (docs/lab.md says why).
 
 The held-out split is drawn first, per level, and never appears in train.
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
 import random
 import re
 from typing import Iterator
@@ -89,6 +93,45 @@ def pool_size(num_ops: int, max_operand: int, num_operators: int) -> int:
     return (max_operand + 1) ** (num_ops + 1) * num_operators**num_ops
 
 
+def within(tokens: Tokens, max_value: int) -> bool:
+    """Whether every number the worked solution writes (each intermediate result and the answer)
+    lies in 0..max_value; always, when max_value < 0 (unbounded)."""
+    if max_value < 0:
+        return True
+    while len(tokens) > 1:
+        tokens = reduce_once(tokens)
+        if not all(0 <= v <= max_value for v in tokens[::2]):
+            return False
+    return True
+
+
+@functools.lru_cache(maxsize=None)
+def bounded_pool_size(num_ops: int, max_operand: int, operators: str, max_value: int) -> int:
+    """Distinct problems of a level that `within` admits: counted exactly when the level's pool is
+    small enough to enumerate (where a third of it can bind the held-out quota), else a lower
+    bound, half the share admitted among 4,000 fixed draws (a level that large holds thousands)."""
+    full = pool_size(num_ops, max_operand, len(operators))
+    if max_value < 0:
+        return full
+    if full <= 300_000:
+        return sum(
+            within([x for pair in itertools.zip_longest(nums, ops) for x in pair if x is not None], max_value)
+            for nums in itertools.product(range(max_operand + 1), repeat=num_ops + 1)
+            for ops in itertools.product(operators, repeat=num_ops)
+        )
+    rng = random.Random("pool")
+    admitted = sum(within(random_expression(rng, num_ops, max_operand, operators), max_value) for _ in range(4000))
+    return full * admitted // 8000
+
+
+def draw(rng: random.Random, num_ops: int, cfg: TaskConfig) -> Tokens:
+    """A random problem of `num_ops` operators that `within` admits (rejection sampling)."""
+    while True:
+        tokens = random_expression(rng, num_ops, cfg.max_operand, cfg.operators)
+        if within(tokens, cfg.max_value):
+            return tokens
+
+
 def make_splits(cfg: TaskConfig, seed: int) -> tuple[list[Example], list[Example]]:
     """(train, held_out), deterministic in (cfg, seed).
 
@@ -99,7 +142,7 @@ def make_splits(cfg: TaskConfig, seed: int) -> tuple[list[Example], list[Example
     """
     rng = random.Random(f"arithmetic:{seed}")
     levels = list(range(cfg.min_ops, cfg.max_ops + 1))
-    caps = {n: pool_size(n, cfg.max_operand, len(cfg.operators)) // 3 for n in levels}
+    caps = {n: bounded_pool_size(n, cfg.max_operand, cfg.operators, cfg.max_value) // 3 for n in levels}
     quota = {n: 0 for n in levels}
     remaining = cfg.num_eval
     while remaining > 0:
@@ -115,7 +158,7 @@ def make_splits(cfg: TaskConfig, seed: int) -> tuple[list[Example], list[Example
     for n in levels:
         count = 0
         while count < quota[n]:
-            tokens = random_expression(rng, n, cfg.max_operand, cfg.operators)
+            tokens = draw(rng, n, cfg)
             if render(tokens) not in seen:
                 seen.add(render(tokens))
                 held_out_tokens.append(tokens)
@@ -123,7 +166,7 @@ def make_splits(cfg: TaskConfig, seed: int) -> tuple[list[Example], list[Example
 
     train_tokens: list[Tokens] = []
     while len(train_tokens) < cfg.num_train:
-        tokens = random_expression(rng, rng.choice(levels), cfg.max_operand, cfg.operators)
+        tokens = draw(rng, rng.choice(levels), cfg)
         if render(tokens) not in seen:
             train_tokens.append(tokens)
     fmt, template = cfg.format, cfg.prompt_template
