@@ -719,6 +719,11 @@ class Config:
             self.data.source != "code" or any(f.startswith("python_code") for f in self.reward.functions), "reward.functions",
             "has no python_code term but data.source = 'code' has tests, not answers: use [\"python_code_batched\"]",
         )
+        _require(
+            self.data.source != "arithmetic" or self.task.max_value < 0 or self.task.max_operand <= self.task.max_value,
+            "task.max_value", f"= {self.task.max_value} is below task.max_operand = {self.task.max_operand}: an operand is a number "
+            "the worked solution writes; raise max_value (or -1 for any integer)",
+        )
         for name in ("train_path", "eval_path"):
             _require(
                 self.data.source not in ("arithmetic", "code") or not getattr(self.data, name),

@@ -252,11 +252,20 @@ def test_a_bounded_level_caps_held_out_at_a_third_of_its_own_pool():
         make_splits(TaskConfig(min_ops=1, max_ops=1, max_value=9, num_train=10, num_eval=51), seed=0)
 
 
-def test_max_value_below_minus_one_is_refused():
+def test_max_value_below_minus_one_or_below_the_operands_is_refused():
     from rlvr.config import ConfigError, load_config
 
     with pytest.raises(ConfigError, match="task.max_value"):
         load_config(overrides=["task.max_value=-2"])
+    with pytest.raises(ConfigError, match="task.max_value.*max_operand = 99"):  # no operand above it could ever be drawn
+        load_config(overrides=["task.max_operand=99"])
+    load_config(overrides=["task.max_operand=99", "task.max_value=-1"])
+
+
+@pytest.mark.parametrize("levels", [{"min_ops": 2, "max_ops": 3}, {"min_ops": 4, "max_ops": 5}])  # counted, sampled
+def test_a_bound_that_admits_almost_nothing_is_refused_not_drawn_forever(levels):
+    with pytest.raises(ValueError, match="task.max_value=0: only"):
+        make_splits(TaskConfig(max_value=0, num_train=10, num_eval=8, **levels), seed=0)
 
 
 # ----------------------------------------------------------------------------- the worked_steps process reward

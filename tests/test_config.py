@@ -457,8 +457,8 @@ def test_bare_word_override_of_a_string_field_stays_the_text_typed():
         (["sft.save_model=true", "sft.steps=0"], "sft.save_model", "no SFT model to save"),
         (["data.train_path=train.jsonl"], "data.train_path", "set data.source = 'jsonl'"),
         (["checkpoint.auto_resume=true"], "checkpoint.auto_resume", "needs a fixed run.output_dir"),
-        (["rollout.max_new_tokens=120"], "model.tiny.max_positions", "needs 130"),
-        (["eval.max_new_tokens=200", "model.tiny.max_positions=150"], "model.tiny.max_positions", "needs 210"),
+        (["rollout.max_new_tokens=120"], "model.tiny.max_positions", "needs 132"),
+        (["eval.max_new_tokens=200", "model.tiny.max_positions=150"], "model.tiny.max_positions", "needs 212"),
         (["run.dtype=bfloat16"], "run.dtype", "run.autocast=bfloat16"),  # full bf16 weights lose AdamW updates
         (["run.dtype=bfloat16", "model.lora_rank=8"], "run.dtype", "sft.steps=0"),  # SFT still trains full weights
     ],
@@ -471,7 +471,7 @@ def test_contradictory_settings_are_rejected_with_the_reason(overrides, field, w
 
 def test_contradiction_checks_leave_consistent_settings_alone():
     load_config(overrides=["checkpoint.auto_resume=true", "run.output_dir=runs/x"])
-    load_config(overrides=["rollout.max_new_tokens=118"])  # 10-token prompt + 118 = 128 fits exactly
+    load_config(overrides=["rollout.max_new_tokens=116"])  # 12-token prompt + 116 = 128 fits exactly
     load_config(overrides=["model.path=some/model", "rollout.max_new_tokens=4096"])  # a real model's context is its own
 
 

@@ -2,6 +2,7 @@
 
 import copy
 
+import pytest
 import torch
 
 from rlvr.config import TinyModelConfig
@@ -78,20 +79,31 @@ def test_sft_matches_the_separate_prompt_and_target_layout():
         torch.testing.assert_close(a.grad, b.grad, atol=1e-7, rtol=1e-5)
 
 
-def test_sft_chunked_output_layer_gives_the_same_loss_and_gradient():
+@pytest.mark.parametrize("distill", [False, True])
+def test_sft_chunked_output_layer_scores_only_targets_and_gives_the_same_loss_and_gradient(distill):
     """Past the logits budget only target positions go through the output layer, a chunk at a
-    time; the result is that of one pass."""
+    time (never a prompt or padded position); the loss and gradient are those of one pass, with
+    distillation's token-level KL too."""
     from rlvr.logprobs import DEFAULT_LOGITS_BUDGET_MIB, set_logits_budget
+    from rlvr.stages.sft import encode_targets
 
     tok, model = tiny()
+    teacher = build_tiny_model(tok, TinyModelConfig(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=64), 1)
+    extra = {"teacher": teacher, "kl_coef": 0.5} if distill else {}
+    n_targets = sum(len(ids) for ids in encode_targets(tok, TARGETS))
     results = []
     for budget in (DEFAULT_LOGITS_BUDGET_MIB, 0.005):  # 0.005 MiB: 3 positions a chunk at this vocabulary
         m = copy.deepcopy(model)
+        rows = []
+        hook = m.get_output_embeddings().register_forward_hook(lambda mod, args, out: rows.append(args[0].reshape(-1, args[0].shape[-1]).shape[0]))
         set_logits_budget(budget)
         try:
-            loss = sft_backward(m, tok, PROMPTS, TARGETS, micro_batch_size=64)
+            loss = sft_backward(m, tok, PROMPTS, TARGETS, micro_batch_size=64, **extra)
         finally:
             set_logits_budget(DEFAULT_LOGITS_BUDGET_MIB)
+            hook.remove()
+        if budget < 1:  # forward chunks and their recomputation in backward: each covers the targets once
+            assert max(rows) <= 3 and sum(rows) == 2 * n_targets, rows
         results.append((loss, torch.cat([p.grad.flatten() for p in m.parameters()])))
     assert abs(results[1][0] - results[0][0]) < 1e-6 * results[0][0]
     torch.testing.assert_close(results[1][1], results[0][1], atol=1e-7, rtol=1e-5)

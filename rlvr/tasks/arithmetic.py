@@ -105,23 +105,33 @@ def within(tokens: Tokens, max_value: int) -> bool:
     return True
 
 
+DRAWS = 4000
+
+
 @functools.lru_cache(maxsize=None)
 def bounded_pool_size(num_ops: int, max_operand: int, operators: str, max_value: int) -> int:
     """Distinct problems of a level that `within` admits: counted exactly when the level's pool is
     small enough to enumerate (where a third of it can bind the held-out quota), else a lower
-    bound, half the share admitted among 4,000 fixed draws (a level that large holds thousands)."""
+    bound, half the share admitted among DRAWS fixed draws. A level where under 1% of problems
+    are admitted is refused: drawing it would take over 100 tries a problem."""
     full = pool_size(num_ops, max_operand, len(operators))
     if max_value < 0:
         return full
     if full <= 300_000:
-        return sum(
+        admitted, tried = sum(
             within([x for pair in itertools.zip_longest(nums, ops) for x in pair if x is not None], max_value)
             for nums in itertools.product(range(max_operand + 1), repeat=num_ops + 1)
             for ops in itertools.product(operators, repeat=num_ops)
+        ), full
+    else:
+        rng = random.Random("pool")
+        admitted, tried = sum(within(random_expression(rng, num_ops, max_operand, operators), max_value) for _ in range(DRAWS)), DRAWS
+    if admitted * 100 < tried:
+        raise ValueError(
+            f"task.max_value={max_value}: only {admitted} of {tried} {num_ops}-operator problems write numbers in "
+            f"0..{max_value}; raise task.max_value or lower task.max_ops"
         )
-    rng = random.Random("pool")
-    admitted = sum(within(random_expression(rng, num_ops, max_operand, operators), max_value) for _ in range(4000))
-    return full * admitted // 8000
+    return admitted if tried == full else full * admitted // (2 * DRAWS)
 
 
 def draw(rng: random.Random, num_ops: int, cfg: TaskConfig) -> Tokens:
