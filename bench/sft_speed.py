@@ -40,6 +40,7 @@ from rlvr.pipeline import configure_cpu_math, load_splits
 from rlvr.rollout import encode_prompts
 from rlvr.stages.sft import encode_targets, pad_right, sft_backward
 from rlvr.tasks.arithmetic import sft_targets
+from rlvr.update import token_budget_batches
 
 from _floor import Shape, model_gflops, peak_gflops
 
@@ -66,8 +67,6 @@ def positions(tokenizer, prompts, targets, layout: str, rows: int, tokens: int) 
         order = sorted(range(len(p)), key=lambda i: t[i])
         groups = [order[s : s + rows] for s in range(0, len(order), rows)]
         return sum(len(g) * (max(p[i] for i in g) + max(t[i] for i in g)) for g in groups), real, len(groups)
-    from rlvr.update import token_budget_batches
-
     lengths = torch.tensor([a + b for a, b in zip(p, t)])
     groups = [g.tolist() for g in token_budget_batches(torch.argsort(lengths, stable=True), lengths, rows, tokens)]
     return sum(len(g) * max(int(lengths[i]) for i in g) for g in groups), real, len(groups)
