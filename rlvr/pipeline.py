@@ -61,7 +61,7 @@ from rlvr.checkpoint import (
 from rlvr.config import RESUMABLE_CHANGES, Config, ConfigError, atomic_write_text, changes_breaking_resume, flatten, load_config, save_config, to_toml
 from rlvr.data import Example, Problem, format_prompt, load_jsonl_splits, solution_targets
 from rlvr.distributed import make_learner
-from rlvr.logprobs import set_logits_budget
+from rlvr.logprobs import set_logits_budget, set_prompt_sharing
 from rlvr.trackers import Trackers
 from rlvr.loop import TrainingError, rl_train
 from rlvr.metrics import STOP_FILE, JsonlWriter, PhaseBar, Reporter, plot_reward_curve, rewind_jsonl
@@ -130,6 +130,11 @@ def load_splits(cfg: Config, skipped: list[Problem] | None = None) -> tuple[list
         return load_mixture(cfg, load_splits, skipped)
     if cfg.data.source == "arithmetic":
         return make_splits(cfg.task, cfg.run.seed)
+    if cfg.data.source == "word_problems":
+        from rlvr.tasks.word_problems import make_word_splits
+
+        t = cfg.task
+        return make_word_splits(t.min_ops, t.max_ops, t.max_value, t.num_train, t.num_eval, cfg.run.seed)
     if cfg.data.source == "code":
         from rlvr.tasks.code import make_code_splits
 
@@ -175,10 +180,11 @@ def seed_everything(seed: int) -> None:
 
 
 def apply_run_settings(cfg: Config) -> None:
-    """What every command that computes applies first: run.threads, the logits budget, and denormal flushing."""
+    """What every command that computes applies first: run.threads, the logits budget, prompt sharing and denormal flushing."""
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
     set_logits_budget(cfg.run.logits_budget_mib)
+    set_prompt_sharing(cfg.run.share_prompts)
     configure_cpu_math()
 
 
@@ -250,7 +256,8 @@ def first_eval(cfg: Config) -> str:
 def stages_for(cfg: Config) -> list[Stage]:
     """The recipe as data: SFT (if any) -> evaluate -> RL -> evaluate (if RL trains) -> save."""
     first = first_eval(cfg)
-    plan = [Stage("sft", sft_stage, changes_weights=True)] if cfg.sft.steps > 0 else []
+    plan = [Stage("eval_before_sft", functools.partial(eval_stage, "before_sft"))] if cfg.sft.steps > 0 and cfg.eval.before_sft else []
+    plan += [Stage("sft", sft_stage, changes_weights=True)] if cfg.sft.steps > 0 else []
     if cfg.eval.before_rl:
         plan.append(Stage(f"eval_{first}", functools.partial(eval_stage, first)))
     plan.append(Stage("rl", rl_stage, checkpointed=False))

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from rlvr.config import AlgoConfig, TinyModelConfig
 from rlvr.models import build_char_tokenizer, build_tiny_model
 from rlvr.rollout import Rollouts, decode_completions, encode_prompts, generate, sample_next
-from rlvr.logprobs import completion_logprobs
+from rlvr.logprobs import completion_logprobs, set_prompt_sharing
 from rlvr.update import UpdateSettings, rl_update
 
 PROMPTS = ["1+2=", "3*4-5=", "7=", "9-8*7+6="]
@@ -160,7 +160,11 @@ def stops_at_position_9(model, tokenizer):
         return output
 
     handles = [model.model.rotary_emb.register_forward_hook(remember_positions), model.lm_head.register_forward_hook(force_eos)]
+    # The hook reads positions from the last forward; with prompts shared the update's last forward
+    # holds only the completions' (tests/test_prompt_sharing.py shows that path equal to this one).
+    set_prompt_sharing(False)
     yield model
+    set_prompt_sharing(True)
     for handle in handles:
         handle.remove()
 
