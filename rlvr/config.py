@@ -253,7 +253,8 @@ class SFTConfig:
     warmup_steps: int = knob(50, "SFT warmup steps.")
     weight_decay: float = knob(0.0, "SFT AdamW weight decay.")
     worked_fraction: float = knob(
-        0.4, "The lab's built-in tasks only: share of SFT targets that are worked solutions (arithmetic: the steps; code: "
+        0.4, "The lab's built-in tasks only: share of SFT targets that are worked solutions (arithmetic: the steps; word "
+        "problems: the equations; code: "
         "the program with its differences in a comment), the rest bare answers (a user's data trains on its own solutions)."
     )
     micro_batch_size: int = knob(64, "Most rows per forward/backward; rows (prompt + target) are sorted by length to cut padding.")

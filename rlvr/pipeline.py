@@ -350,8 +350,9 @@ def sft_stage(ctx: RunContext) -> None:
     data's own solutions (a user's, or verified traces from `rlvr rft`/`distill`), with the
     teacher's token-level term when distill.kl_coef > 0. Resumes from its newest sft-* checkpoint."""
     cfg = ctx.cfg
-    if cfg.data.source == "arithmetic":
-        targets = arithmetic_sft_targets(ctx.train, cfg.sft.batch_size, cfg.sft.worked_fraction, cfg.run.seed, cfg.task.format)
+    if cfg.data.source in ("arithmetic", "word_problems"):  # the built-in tasks' worked / bare mixture
+        fmt = cfg.task.format if cfg.data.source == "arithmetic" else "plain"
+        targets = arithmetic_sft_targets(ctx.train, cfg.sft.batch_size, cfg.sft.worked_fraction, cfg.run.seed, fmt)
     elif cfg.data.source == "code":
         targets = code_sft_targets(ctx.train, cfg.sft.batch_size, cfg.sft.worked_fraction, cfg.run.seed)
     else:

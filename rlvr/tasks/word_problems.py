@@ -23,9 +23,9 @@ from rlvr.data import Example, boxed
 NAMES = [("Mia", "she"), ("Leo", "he"), ("Ava", "she"), ("Sam", "he"), ("Zoe", "she"), ("Omar", "he"), ("Lily", "she"),
          ("Ben", "he"), ("Nora", "she"), ("Ravi", "he"), ("Emma", "she"), ("Kai", "he"), ("Ivy", "she"), ("Tom", "he"),
          ("Lena", "she"), ("Max", "he")]
-THINGS = [("apple", "apples", "bag"), ("marble", "marbles", "jar"), ("sticker", "stickers", "sheet"), ("shell", "shells", "bucket"),
-          ("pencil", "pencils", "box"), ("cookie", "cookies", "plate"), ("card", "cards", "pack"), ("stamp", "stamps", "book"),
-          ("egg", "eggs", "carton"), ("book", "books", "shelf"), ("coin", "coins", "purse"), ("flower", "flowers", "vase")]
+THINGS = [("apples", "bag", "bags"), ("marbles", "jar", "jars"), ("stickers", "sheet", "sheets"), ("shells", "bucket", "buckets"),
+          ("pencils", "box", "boxes"), ("cookies", "plate", "plates"), ("cards", "pack", "packs"), ("stamps", "book", "books"),
+          ("eggs", "carton", "cartons"), ("books", "shelf", "shelves"), ("coins", "purse", "purses"), ("flowers", "vase", "vases")]
 GAIN = ["finds {b} more", "buys {b} more", "gets {b} more from a friend", "picks up {b} more"]
 LOSS = ["gives {b} to a friend", "loses {b}", "gives away {b}", "uses {b}"]
 
@@ -106,8 +106,7 @@ def draw(rng: random.Random, num_steps: int, max_value: int) -> tuple[Step, ...]
 def render(steps: tuple[Step, ...], rng: random.Random) -> tuple[str, str, int]:
     """(question, worked solution, answer): the wording drawn from `rng`, the numbers from `steps`."""
     name, pron = rng.choice(NAMES)
-    _, many, box = rng.choice(THINGS)
-    boxes = box + ("es" if box.endswith("x") else "s")
+    many, _, boxes = rng.choice(THINGS)
     subject = pron.capitalize()
     sentences: list[str] = []
     for s in steps:
