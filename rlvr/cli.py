@@ -115,6 +115,8 @@ def lab(
             raise typer.Exit(2)
         with exit_codes():
             lab = lab_model(model)
+        _load(str(lab.config), ['model.path="(converted below)"', *(overrides or [])])  # a typo is refused before minutes of fetching
+        with exit_codes():
             path = ensure_model(lab, say=console.print)
         _run(_load(str(lab.config), [f"model.path={json.dumps(str(path))}", *(overrides or [])]), f"lab-{model}", quiet)
         return

@@ -92,7 +92,8 @@ class RunConfig:
     share_prompts: bool = knob(
         True, "Score the G completions of a prompt with the prompt computed once (its keys and values shared, gradients "
         "summed back): the same result up to float rounding, on far fewer positions when prompts are long (Llama-family "
-        "models without gradient checkpointing; others always run one joint forward per row)."
+        "models with a plain Linear output layer, without gradient checkpointing; others run one joint forward per row). "
+        "With dropout on (model.lora_dropout > 0) the G rows share one dropout mask over the prompt."
     )
     report: bool = knob(True, "Write report.html (plots, evaluations, samples, the doctor's verdicts) at the end of every stage; `rlvr report` redraws it.")
     report_every: int = knob(100, "During RL, also redraw report.html every N steps (about a second each at the lab's size); 0 = at stage ends only.")
@@ -737,7 +738,8 @@ class Config:
         )
         _require(
             self.data.source != "word_problems" or self.task.max_value >= 20, "task.max_value",
-            f"= {self.task.max_value}: word problems start from counts up to max_value / 2 and add up to 20 at a step; use 20 or more",
+            f"= {self.task.max_value} (19 is the arithmetic lab's default): word problems need a bound of at least 20, since they start "
+            "from counts up to max_value / 2 and add up to 20 at a step; the real-model lab uses 99",
         )
         for name in ("train_path", "eval_path"):
             _require(
@@ -1143,6 +1145,8 @@ def changes_breaking_resume(saved: Config, new: Config) -> list[str]:
     """'field: old -> new' for every changed setting a resume cannot honour exactly."""
     a, b = flatten(saved), flatten(new)
     changed = [f"{k}: {a[k]!r} -> {b[k]!r}" for k in a if a[k] != b[k] and not k.startswith(RESUMABLE_CHANGES)]
+    if a["eval.before_sft"] != b["eval.before_sft"]:  # the one stage placed before SFT: adding it would redo every stage after it
+        changed.append(f"eval.before_sft: {a['eval.before_sft']!r} -> {b['eval.before_sft']!r} (it runs before SFT, which is already done)")
     if a["train.steps"] != b["train.steps"] and new.train.lr_schedule != "constant":  # the decay is laid out over train.steps
         changed.append(f"train.steps: {a['train.steps']} -> {b['train.steps']} (train.lr_schedule = {new.train.lr_schedule!r} decays over it)")
     return changed

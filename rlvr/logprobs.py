@@ -139,6 +139,7 @@ def set_prompt_sharing(enabled: bool) -> None:
 
 
 _share_prompts = True
+_MIN_SAVED_POSITIONS = 64
 
 
 def _shared_prompt_hidden(decoder, prompt_ids_BP, prompt_mask_BP, completion_ids_BT, completion_mask_BT) -> torch.Tensor | None:
@@ -148,20 +149,25 @@ def _shared_prompt_hidden(decoder, prompt_ids_BP, prompt_mask_BP, completion_ids
     rows that share them (`reorder_cache`: an index_select, so gradients from every row sum back
     into the one prompt forward), and the completions attend to them as decoding does. The same
     arithmetic as one joint forward, up to float rounding, on (B/G) x P + B x T positions instead
-    of B x (P + T). None when it would save nothing (no prompt repeated, no prompt, sharing off)
-    or cannot run: under gradient checkpointing transformers drops the cache in training."""
+    of B x (P + T). None when it would save too little (under 64 positions: no prompt repeated,
+    SFT's one-token prompts), when sharing is off, or when it cannot run: under gradient
+    checkpointing transformers drops the cache in training."""
     B, P = prompt_ids_BP.shape
     if not _share_prompts or P == 0 or B < 2 or getattr(decoder, "gradient_checkpointing", False):
         return None
     key = torch.cat([prompt_ids_BP, prompt_mask_BP.to(prompt_ids_BP.dtype)], dim=1)
     unique, inverse = torch.unique(key, dim=0, return_inverse=True)
-    if len(unique) == B or not bool(prompt_mask_BP[:, -1].all()):  # nothing shared, or prompts not left-padded
+    # Too few positions saved to pay for a second pass through every layer (SFT's one-token
+    # "prompts"), or prompts that are not left-padded (the last prompt position must be a token).
+    if (B - len(unique)) * P < _MIN_SAVED_POSITIONS or not bool(prompt_mask_BP[:, -1].all()):
         return None
     ids_UP, mask_UP = unique[:, :P], unique[:, P:].to(prompt_mask_BP.dtype)
     # transformers 5.x names the KV cache `cache` (and deprecates `past_key_values`); 4.x the latter
     cache_arg = "cache" if "cache" in inspect.signature(type(decoder).forward).parameters else "past_key_values"
     prompt = decoder(input_ids=ids_UP, attention_mask=mask_UP, position_ids=(mask_UP.cumsum(dim=1) - 1).clamp(min=0), use_cache=True)
     cache = getattr(prompt, cache_arg)
+    if cache is None or cache.get_seq_length() != P:  # a decoder that did not keep its cache (checkpointing under another name)
+        return None
     cache.reorder_cache(inverse)  # (U, ...) -> (B, ...), differentiable
     attention = torch.cat([prompt_mask_BP, completion_mask_BT], dim=1)
     positions = (attention.cumsum(dim=1) - 1).clamp(min=0)[:, P:]

