@@ -20,6 +20,7 @@ a plain Linear (LoRA on lm_head, modules_to_save), are scored through their own 
 
 from __future__ import annotations
 
+import functools
 import inspect
 
 import torch
@@ -131,6 +132,12 @@ def _completion_hidden(model: PreTrainedModel, prompt_ids_BP, prompt_mask_BP, co
     return hidden, ((lambda h: logits_in_fp32(fp32, h)) if fp32 is not None else head)
 
 
+@functools.lru_cache(maxsize=None)
+def cache_argument(model_type: type) -> str:
+    """transformers 5.x names the KV cache `cache`; 4.x and many remote models `past_key_values`."""
+    return "cache" if "cache" in inspect.signature(model_type.forward).parameters else "past_key_values"
+
+
 def set_prompt_sharing(enabled: bool) -> None:
     """Whether rows that share a prompt compute it once (run.share_prompts), process-wide as the
     logits budget is."""
@@ -162,8 +169,7 @@ def _shared_prompt_hidden(decoder, prompt_ids_BP, prompt_mask_BP, completion_ids
     if (B - len(unique)) * P < _MIN_SAVED_POSITIONS or not bool(prompt_mask_BP[:, -1].all()):
         return None
     ids_UP, mask_UP = unique[:, :P], unique[:, P:].to(prompt_mask_BP.dtype)
-    # transformers 5.x names the KV cache `cache` (and deprecates `past_key_values`); 4.x the latter
-    cache_arg = "cache" if "cache" in inspect.signature(type(decoder).forward).parameters else "past_key_values"
+    cache_arg = cache_argument(type(decoder))
     prompt = decoder(input_ids=ids_UP, attention_mask=mask_UP, position_ids=(mask_UP.cumsum(dim=1) - 1).clamp(min=0), use_cache=True)
     cache = getattr(prompt, cache_arg)
     if cache is None or cache.get_seq_length() != P:  # a decoder that did not keep its cache (checkpointing under another name)

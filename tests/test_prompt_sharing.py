@@ -4,6 +4,8 @@ completions and LoRA, and the decoder really sees each distinct prompt once."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
@@ -34,6 +36,17 @@ def grouped_batch(seed: int):
     for row, length in enumerate([10, 4, 7, 1, 10, 6, 3, 9]):
         completion_mask[row, length:] = 0
     return tokenizer, (prompts[order], masks[order], completion * completion_mask, completion_mask)
+
+
+@contextlib.contextmanager
+def decoder_inputs(model):
+    """The shape of every batch of token ids the decoder embeds while the block runs."""
+    seen: list[tuple[int, ...]] = []
+    hook = model.model.embed_tokens.register_forward_hook(lambda module, args, out: seen.append(tuple(args[0].shape)))
+    try:
+        yield seen
+    finally:
+        hook.remove()
 
 
 def scores_and_grads(model, tensors, share: bool):
@@ -72,34 +85,24 @@ def test_shared_prompts_give_the_joint_forwards_scores_and_gradients(seed, lora)
 def test_each_distinct_prompt_goes_through_the_decoder_once():
     tokenizer, tensors = grouped_batch(0)
     model = build_tiny_model(tokenizer, load_config().model.tiny, seed=0)
-    seen: list[tuple[int, ...]] = []
-    hook = model.model.embed_tokens.register_forward_hook(lambda module, args, out: seen.append(tuple(args[0].shape)))
-    try:
-        with torch.no_grad():
-            completion_logprobs(model, *tensors)
-            assert seen == [(3, 16), (8, 10)]  # 3 prompts once each, then the 8 rows' completions
-            seen.clear()
-            set_prompt_sharing(False)
-            completion_logprobs(model, *tensors)
-            assert seen == [(8, 26)]
-    finally:
-        hook.remove()
+    with decoder_inputs(model) as seen, torch.no_grad():
+        completion_logprobs(model, *tensors)
+        assert seen == [(3, 16), (8, 10)]  # 3 prompts once each, then the 8 rows' completions
+        seen.clear()
+        set_prompt_sharing(False)
+        completion_logprobs(model, *tensors)
+        assert seen == [(8, 26)]
 
 
 def test_no_repeated_prompt_or_right_padded_prompts_take_the_joint_forward():
     tokenizer, (prompts, masks, completion, completion_mask) = grouped_batch(0)
     model = build_tiny_model(tokenizer, load_config().model.tiny, seed=0)
-    seen: list[tuple[int, ...]] = []
-    hook = model.model.embed_tokens.register_forward_hook(lambda module, args, out: seen.append(tuple(args[0].shape)))
-    try:
-        with torch.no_grad():
-            distinct = [0, 1, 2]
-            completion_logprobs(model, prompts[distinct], masks[distinct], completion[distinct], completion_mask[distinct])
-            right = masks.flip(1)  # padding on the right of the prompt: its last position is not the last token
-            completion_logprobs(model, prompts, right, completion, completion_mask)
-        assert seen == [(3, 26), (8, 26)]
-    finally:
-        hook.remove()
+    with decoder_inputs(model) as seen, torch.no_grad():
+        distinct = [0, 1, 2]
+        completion_logprobs(model, prompts[distinct], masks[distinct], completion[distinct], completion_mask[distinct])
+        right = masks.flip(1)  # padding on the right of the prompt: its last position is not the last token
+        completion_logprobs(model, prompts, right, completion, completion_mask)
+    assert seen == [(3, 26), (8, 26)]
 
 
 def test_the_chunked_output_layer_sees_the_shared_hidden_states():
@@ -125,9 +128,7 @@ def test_the_chunked_output_layer_sees_the_shared_hidden_states():
 def test_gradient_checkpointing_and_one_token_prompts_take_the_joint_forward():
     tokenizer, (prompts, masks, completion, completion_mask) = grouped_batch(0)
     model = build_tiny_model(tokenizer, load_config().model.tiny, seed=0)
-    seen: list[tuple[int, ...]] = []
-    hook = model.model.embed_tokens.register_forward_hook(lambda module, args, out: seen.append(tuple(args[0].shape)))
-    try:
+    with decoder_inputs(model) as seen:
         model.gradient_checkpointing_enable()
         model.train()
         completion_logprobs(model, prompts, masks, completion, completion_mask).sum().backward()
@@ -137,5 +138,3 @@ def test_gradient_checkpointing_and_one_token_prompts_take_the_joint_forward():
         with torch.no_grad():  # SFT's layout: a one-token prompt shared by every row saves too little
             completion_logprobs(model, prompts[:, -1:], masks[:, -1:], completion, completion_mask)
         assert seen == [(8, 11)]
-    finally:
-        hook.remove()

@@ -21,23 +21,15 @@ Both are exact to float rounding against a full forward of the same model (tests
 
 from __future__ import annotations
 
-import functools
-import inspect
 import sys
 
 import torch
 from torch.nn import functional as F
 from transformers import PreTrainedModel
 
-from rlvr.logprobs import LLAMA_FAMILY, base_model, fp32_output_head, logits_in_fp32
+from rlvr.logprobs import LLAMA_FAMILY, base_model, cache_argument, fp32_output_head, logits_in_fp32
 
 STATIC_MODEL_TYPES = LLAMA_FAMILY
-
-
-@functools.lru_cache(maxsize=None)
-def _cache_argument(model_type: type) -> str:
-    """transformers 5.x names the KV cache `cache`; 4.x and many remote models `past_key_values`."""
-    return "cache" if "cache" in inspect.signature(model_type.forward).parameters else "past_key_values"
 
 
 class TransformersEngine:
@@ -45,7 +37,7 @@ class TransformersEngine:
 
     def __init__(self, model: PreTrainedModel):
         self.model = model
-        self.cache_arg = _cache_argument(type(base_model(model)))
+        self.cache_arg = cache_argument(type(base_model(model)))
         self.cache: object = None
         self.attn_AL: torch.Tensor | None = None
 
