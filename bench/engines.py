@@ -16,6 +16,12 @@ from another random stream, so its tokens differ; `--fixed-length` makes every e
 exactly --max-new-tokens tokens per row (EOS never ends a row), so all do the same work:
 
     .venv/bin/python bench/engines.py --model runs/models/smollm2 --hf-generate --fixed-length --rounds 3
+
+`--unpacked` adds the static engine without packed weights (`rollout.pack_weights=false`:
+every projection through F.linear), which is what it does below 512 wide anyway:
+
+    .venv/bin/python bench/engines.py --model runs/models/smollm2 --unpacked --fixed-length --rounds 3
+    .venv/bin/python bench/engines.py --unpacked --force-packed     # the lab model, packed against not
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from rlvr.data import format_prompt
 from rlvr.loop import PromptStream
 from rlvr.models import build_char_tokenizer, build_tiny_model, load_model, load_tokenizer
 from rlvr.rollout import encode_prompts, generate
+from rlvr.rollout import engines as engine_module
 from rlvr.tasks.arithmetic import make_splits
 
 ENGINES = ("static", "transformers")
@@ -66,8 +73,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--hf-generate", action="store_true", help="also time the model's own model.generate")
     parser.add_argument("--fixed-length", action="store_true", help="every row writes exactly --max-new-tokens tokens")
+    parser.add_argument("--unpacked", action="store_true", help="also the static engine with rollout.pack_weights=false")
+    parser.add_argument("--force-packed", action="store_true", help="pack weights whatever the model's width")
     args = parser.parse_args()
-    engines = ENGINES + (("model.generate",) if args.hf_generate else ())
+    engines = ENGINES + (("static-unpacked",) if args.unpacked else ()) + (("model.generate",) if args.hf_generate else ())
+    if args.force_packed:
+        engine_module.PACKED_MIN_HIDDEN = 0
     torch.set_num_threads(args.threads)
     torch.set_flush_denormal(True)
 
@@ -96,9 +107,11 @@ def main() -> None:
             if engine == "model.generate":
                 n_steps, n_tokens = hf_generate(model, ids, mask, tokenizer, args, seed=r)
             else:
+                engine_module.set_weight_packing(engine != "static-unpacked")
                 outs[engine] = generate(model, ids, mask, max_new_tokens=args.max_new_tokens, eos_id=eos,
                                         pad_id=tokenizer.pad_token_id, group_size=args.group_size,
-                                        generator=torch.Generator().manual_seed(r), engine=engine)
+                                        generator=torch.Generator().manual_seed(r), engine=engine.split("-")[0])
+                engine_module.set_weight_packing(True)
                 n_steps, n_tokens = outs[engine].completion_ids_BT.shape[1], int(outs[engine].lengths_B.sum())
             if r:
                 seconds[engine].append(time.perf_counter() - t0)
@@ -119,6 +132,8 @@ def main() -> None:
         per_step = statistics.median(s / n for s, n in zip(seconds[engine], steps[engine])) * 1e3
         print(f"| {engine} | {med[engine]:.4f} | {per_step:.2f} | {sum(tokens[engine]) / sum(seconds[engine]):,.0f} |")
     print(f"static / transformers: {med['static'] / med['transformers']:.2f}")
+    if args.unpacked:
+        print(f"static (packed) / static-unpacked: {med['static'] / med['static-unpacked']:.2f}")
     if args.hf_generate:
         print(f"static / model.generate: {med['static'] / med['model.generate']:.2f}")
 

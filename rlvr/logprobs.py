@@ -196,6 +196,112 @@ def _chunked(score, inputs: list[torch.Tensor], rows: int) -> list[torch.Tensor]
     return [torch.cat(outs) for outs in zip(*parts)]
 
 
+class _HeadTokenScores(torch.autograd.Function):
+    """The output layer's token log-probs (and entropies) over N positions, a chunk of `rows`
+    positions at a time, with the gradient worked out by hand instead of by autograd through
+    checkpointed chunks.
+
+    Forward keeps one number per position (the log-sum-exp; the entropy when asked), never a
+    chunk's logits. Backward recomputes each chunk's logits once and turns them in place into
+    the gradient with respect to the logits z = (h W^T + b) / temperature:
+        d logp_y / dz = onehot(y) - p          d H / dz = -p * (log p + H)
+    so g_logp * (onehot - p) - g_H * p * (log p + H), divided by the temperature, then
+    multiplies it into the hidden states' and the weights' gradients. That is the arithmetic
+    autograd does through `log_softmax` and `gather` on the same values, without its copies:
+    every chunk is computed into the same one or two (rows, vocabulary) buffers. A fresh tensor
+    of that size (67 MB at SmolLM2's 49,152 tokens and 341 rows) is above glibc's largest mmap
+    threshold, so each one is mapped, page-faulted in and unmapped again, ~25 ms apiece on a
+    2-core CPU, where the arithmetic on it takes ~5-15 ms. The weight gradient is not computed
+    when the head is frozen (LoRA).
+
+    Only for a plain Linear head computed in fp32 (fp32 weights; under autocast the head stays
+    fp32 as `fp32_output_head` keeps it, so autocast is off inside).
+    """
+
+    @staticmethod
+    def forward(ctx, hidden_NH, weight_VH, bias_V, targets_N, temperature, rows, with_entropy):
+        N, V = hidden_NH.shape[0], weight_VH.shape[0]
+        logp_N = torch.empty(N, dtype=torch.float32, device=hidden_NH.device)
+        lse_N = torch.empty_like(logp_N)
+        entropy_N = torch.zeros_like(logp_N)
+        z_buf = torch.empty((min(rows, N), V), dtype=torch.float32, device=hidden_NH.device)
+        e_buf = torch.empty_like(z_buf) if with_entropy else None
+        with torch.autocast(device_type=hidden_NH.device.type, enabled=False):
+            for start in range(0, N, rows):
+                end = min(start + rows, N)
+                z = _head_logits(weight_VH, bias_V, hidden_NH[start:end], temperature, z_buf[: end - start])
+                token = z.gather(1, targets_N[start:end, None]).squeeze(1)
+                top = z.amax(dim=1, keepdim=True)
+                z.sub_(top)  # z - max: every exp below is at most 1
+                if with_entropy:
+                    e = torch.exp(z, out=e_buf[: end - start])
+                    log_sum = e.sum(dim=1).log()
+                    # H = -sum p log p = log s - sum e (z - max) / s, two non-negative terms
+                    entropy_N[start:end] = log_sum - e.mul_(z).sum(dim=1) / log_sum.exp()
+                else:
+                    log_sum = z.exp_().sum(dim=1).log()
+                lse_N[start:end] = top.squeeze(1) + log_sum
+                logp_N[start:end] = token - lse_N[start:end]
+        ctx.save_for_backward(hidden_NH, weight_VH, bias_V, targets_N, lse_N, entropy_N)
+        ctx.temperature, ctx.rows, ctx.with_entropy = temperature, rows, with_entropy
+        return logp_N, entropy_N
+
+    @staticmethod
+    def backward(ctx, grad_logp_N, grad_entropy_N):
+        hidden_NH, weight, bias, targets_N, lse_N, entropy_N = ctx.saved_tensors
+        temperature, rows = ctx.temperature, ctx.rows
+        want_hidden, want_weight, want_bias = ctx.needs_input_grad[:3]
+        N, V = hidden_NH.shape[0], weight.shape[0]
+        g_logp_N = grad_logp_N.float() / temperature  # the chain rule through z = logits / temperature
+        g_entropy_N = grad_entropy_N.float() / temperature if ctx.with_entropy else None
+        grad_hidden = torch.empty_like(hidden_NH) if want_hidden else None
+        grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if want_weight else None
+        grad_bias = torch.zeros(V, dtype=torch.float32, device=weight.device) if want_bias else None
+        z_buf = torch.empty((min(rows, N), V), dtype=torch.float32, device=hidden_NH.device)
+        p_buf = torch.empty_like(z_buf) if g_entropy_N is not None else None
+        with torch.autocast(device_type=hidden_NH.device.type, enabled=False):
+            for start in range(0, N, rows):
+                end = min(start + rows, N)
+                h = hidden_NH[start:end].float()
+                z = _head_logits(weight, bias, h, temperature, z_buf[: end - start]).sub_(lse_N[start:end, None])  # log p
+                g = g_logp_N[start:end, None]
+                if g_entropy_N is not None:  # -p * (g_logp + g_H * (log p + H))
+                    p = torch.exp(z, out=p_buf[: end - start])
+                    grad_z = p.mul_(z.add_(entropy_N[start:end, None]).mul_(g_entropy_N[start:end, None]).add_(g)).neg_()
+                else:  # -p * g_logp
+                    grad_z = z.exp_().mul_(g).neg_()
+                grad_z.scatter_add_(1, targets_N[start:end, None], g)  # + g_logp at the token
+                if grad_hidden is not None:
+                    grad_hidden[start:end] = (grad_z @ weight.float()).to(grad_hidden.dtype)
+                if grad_weight is not None:
+                    grad_weight.addmm_(grad_z.t(), h)
+                if grad_bias is not None:
+                    grad_bias += grad_z.sum(dim=0)
+        if grad_weight is not None:
+            grad_weight = grad_weight.to(weight.dtype)
+        if grad_bias is not None:
+            grad_bias = grad_bias.to(bias.dtype)
+        return grad_hidden, grad_weight, grad_bias, None, None, None, None
+
+
+def _head_logits(weight_VH: torch.Tensor, bias_V: torch.Tensor | None, hidden: torch.Tensor, temperature: float,
+                 out: torch.Tensor) -> torch.Tensor:
+    """One chunk's fp32 logits written into `out`, divided by the temperature (in place; skipped at 1)."""
+    h = hidden.float()
+    z = torch.addmm(bias_V.float(), h, weight_VH.t(), out=out) if bias_V is not None else torch.mm(h, weight_VH.t(), out=out)
+    return z if temperature == 1.0 else z.div_(temperature)
+
+
+def _fused_head(model: PreTrainedModel) -> torch.nn.Linear | None:
+    """The output layer when `_HeadTokenScores` computes exactly what `head(h).float()` (or the
+    fp32 head under autocast) would: a plain fp32 Linear of the Llama family."""
+    base = base_model(model)
+    head = base.get_output_embeddings() if isinstance(base, PreTrainedModel) else None
+    if type(head) is not torch.nn.Linear or head.weight.dtype != torch.float32 or base.config.model_type not in LLAMA_FAMILY:
+        return None
+    return head
+
+
 def _scatter(values_N: torch.Tensor, mask_BT: torch.Tensor) -> torch.Tensor:
     """Per-position values of the masked-in positions back into (B, T), zeros elsewhere."""
     out = values_N.new_zeros(mask_BT.shape)
@@ -241,7 +347,13 @@ def completion_logprobs(
         outs = score(None, completion_ids_BT, logits=head(hidden_BTH)[:, :-1])
         return (outs[0], outs[1]) if with_entropy else outs[0]
     mask = (completion_mask_BT if score_mask_BT is None else score_mask_BT).bool()  # past the budget: only the positions
-    outs = _chunked(score, [hidden_BTH[:, :-1][mask], completion_ids_BT[mask]], rows)  # that count, a chunk at a time
+    fused = _fused_head(model)  # that count, a chunk at a time
+    if fused is not None:
+        logp_N, entropy_N = _HeadTokenScores.apply(hidden_BTH[:, :-1][mask], fused.weight, fused.bias, completion_ids_BT[mask],
+                                                   float(temperature), rows, with_entropy)
+        logp_BT = _scatter(logp_N, mask)
+        return (logp_BT, _scatter(entropy_N, mask)) if with_entropy else logp_BT
+    outs = _chunked(score, [hidden_BTH[:, :-1][mask], completion_ids_BT[mask]], rows)
     logp_BT = _scatter(outs[0], mask)
     return (logp_BT, _scatter(outs[1], mask)) if with_entropy else logp_BT
 

@@ -62,6 +62,7 @@ from rlvr.config import RESUMABLE_CHANGES, Config, ConfigError, atomic_write_tex
 from rlvr.data import Example, Problem, format_prompt, load_jsonl_splits, solution_targets
 from rlvr.distributed import make_learner
 from rlvr.logprobs import set_logits_budget, set_prompt_sharing
+from rlvr.rollout.engines import set_weight_packing
 from rlvr.trackers import Trackers
 from rlvr.loop import TrainingError, rl_train
 from rlvr.metrics import STOP_FILE, JsonlWriter, PhaseBar, Reporter, plot_reward_curve, rewind_jsonl
@@ -185,6 +186,7 @@ def apply_run_settings(cfg: Config) -> None:
         torch.set_num_threads(cfg.run.threads)
     set_logits_budget(cfg.run.logits_budget_mib)
     set_prompt_sharing(cfg.run.share_prompts)
+    set_weight_packing(cfg.rollout.pack_weights)
     configure_cpu_math()
 
 

@@ -92,6 +92,37 @@ def test_static_engine_equals_a_full_forward(kind):
     check_engine(model, StaticCacheEngine(model, max_new_tokens=8))
 
 
+@pytest.mark.parametrize("kind", ["llama", "mistral", "qwen2", "qwen3"])
+def test_static_engine_with_packed_weights_equals_a_full_forward(kind):
+    """oneDNN's matmul on weights packed once (rollout.pack_weights; on by default from 512 wide):
+    the same logits as the model's forward, q/k/v biases (qwen2) included."""
+    model = build(kind)
+    engine = StaticCacheEngine(model, max_new_tokens=8, packed=True)
+    assert engine.linears is not None and len(engine.linears) == 7 * model.config.num_hidden_layers + 1
+    check_engine(model, engine)
+
+
+def test_packed_weights_are_used_only_where_they_apply():
+    """Default: packed from PACKED_MIN_HIDDEN wide, plain modules below; never for LoRA-wrapped
+    projections or bf16 weights (asking for it says why), and never when rollout.pack_weights is off."""
+    peft = pytest.importorskip("peft")
+    from rlvr.rollout import engines
+
+    assert StaticCacheEngine(build("llama"), max_new_tokens=8).linears is None  # 32 wide
+    wide = LlamaForCausalLM(LlamaConfig(**{**SHAPE, "hidden_size": engines.PACKED_MIN_HIDDEN, "num_hidden_layers": 1})).eval()
+    assert StaticCacheEngine(wide, max_new_tokens=8).linears is not None
+    engines.set_weight_packing(False)
+    try:
+        assert StaticCacheEngine(wide, max_new_tokens=8).linears is None
+    finally:
+        engines.set_weight_packing(True)
+    lora = peft.get_peft_model(build("qwen3"), peft.LoraConfig(r=4, target_modules=["q_proj"]))
+    with pytest.raises(ValueError, match="not a plain fp32 Linear"):
+        StaticCacheEngine(lora, max_new_tokens=8, packed=True)
+    with pytest.raises(ValueError, match="not a plain fp32 Linear"):
+        StaticCacheEngine(build("qwen3", dtype=torch.bfloat16), max_new_tokens=8, packed=True)
+
+
 def test_transformers_engine_equals_a_full_forward():
     model = build("qwen3")
     check_engine(model, TransformersEngine(model))

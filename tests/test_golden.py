@@ -18,6 +18,9 @@ ONEDNN_MAX_CPU_ISA=SSE41`), twice each:
   a function of advantages and lengths only): compared to 1e-6 relative;
 - the gradient norm differed by up to 9.3e-4 relative (the SFT'd weights differ in the last bits
   and the gradient is a difference of large terms): compared to 1e-2 relative, 10x that.
+Regenerated 2 December 2026 when sampling changed from torch.multinomial to inverse-CDF draws
+(rlvr.rollout.generate.draw_categorical: another random stream, the same distribution); the new
+file then passed native, AVX2 and scalar on a 2-core AMD EPYC (AVX2, no AVX-512).
 The config is chosen for that: 40 SFT steps (longer cold starts amplify the instruction-set
 differences until sampled tokens flip: 200 steps did at step 2) still give rewards in every step,
 and the RL learning rate (1e-3, no warmup) is high enough that the steps tell settings apart:

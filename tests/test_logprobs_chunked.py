@@ -72,20 +72,31 @@ def test_chunked_scores_and_gradients_equal_the_one_pass_ones(batch, lora, aggre
             torch.testing.assert_close(grads[name], reference[2][name], rtol=1e-6, atol=1e-7, msg=name)
 
 
-def test_no_vocabulary_wide_tensor_for_all_positions_is_made(batch):
+def test_no_vocabulary_wide_tensor_for_all_positions_is_made(batch, monkeypatch):
+    import rlvr.logprobs as logprobs
+
     tokenizer, cfg, tensors = batch
     vocab, rows = len(tokenizer), 5
     model = model_of(tokenizer, cfg, lora=False)
-    shapes = []
-    handle = model.lm_head.register_forward_hook(lambda module, args, out: shapes.append(tuple(out.shape)))
+    chunks, head_calls = [], []
+    real_head_logits = logprobs._head_logits
+
+    def recording(*args, **kwargs):
+        out = real_head_logits(*args, **kwargs)
+        chunks.append(tuple(out.shape))
+        return out
+
+    monkeypatch.setattr(logprobs, "_head_logits", recording)
+    handle = model.lm_head.register_forward_hook(lambda module, args, out: head_calls.append(tuple(out.shape)))
     try:
         logp = completion_logprobs(model, *tensors, budget_mib=budget_for(rows, vocab))
-        logp.sum().backward()  # backward recomputes each chunk (checkpointed), one at a time
+        logp.sum().backward()  # backward recomputes each chunk, one at a time
     finally:
         handle.remove()
     real = int(tensors[3].sum())
-    assert shapes and all(len(s) == 2 and s[0] <= rows and s[1] == vocab for s in shapes)
-    assert sum(s[0] for s in shapes) == 2 * real  # each real position once forward, once in backward; padding never
+    assert not head_calls  # the head's weights are used a chunk at a time, never on the whole hidden state
+    assert chunks and all(len(s) == 2 and s[0] <= rows and s[1] == vocab for s in chunks)
+    assert sum(s[0] for s in chunks) == 2 * real  # each real position once forward, once in backward; padding never
     assert (logp[~tensors[3].bool()] == 0).all()
 
 
@@ -107,3 +118,37 @@ def test_distillation_kl_chunked_equals_one_pass(batch):
     for name in grads_a:
         torch.testing.assert_close(grads_b[name], grads_a[name], rtol=1e-6, atol=1e-7, msg=name)
     assert all(p.grad is None for p in teacher.parameters())
+
+
+@pytest.mark.parametrize("with_entropy", [False, True])
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_hand_written_head_gradient_equals_autograd_through_log_softmax(with_entropy, temperature):
+    """The chunked output layer's backward (worked out by hand, rlvr.logprobs._HeadTokenScores)
+    against autograd through log_softmax and gather on the same head, a bias included (Llama heads
+    have none; other Linear heads may), chunks that do not divide the positions."""
+    from rlvr.logprobs import _HeadTokenScores
+
+    torch.manual_seed(0)
+    head = torch.nn.Linear(16, 50, bias=True)
+    hidden = torch.randn(23, 16, requires_grad=True)
+    targets = torch.randint(0, 50, (23,))
+    g_logp, g_entropy = torch.randn(23), torch.randn(23)
+
+    def grads(fused: bool):
+        head.zero_grad(set_to_none=True)
+        hidden.grad = None
+        if fused:
+            logp, entropy = _HeadTokenScores.apply(hidden, head.weight, head.bias, targets, temperature, 5, with_entropy)
+        else:
+            log_probs = torch.log_softmax(head(hidden) / temperature, dim=-1)
+            logp, entropy = log_probs.gather(1, targets[:, None]).squeeze(1), -(log_probs.exp() * log_probs).sum(-1)
+        loss = (logp * g_logp).sum() + ((entropy * g_entropy).sum() if with_entropy else 0.0)
+        loss.backward()
+        return logp.detach(), entropy.detach(), hidden.grad.clone(), head.weight.grad.clone(), head.bias.grad.clone()
+
+    fused, reference = grads(True), grads(False)
+    names = ("logp", "entropy", "hidden grad", "weight grad", "bias grad")
+    for name, a, b in zip(names, fused, reference):
+        if name == "entropy" and not with_entropy:
+            continue
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=5e-6, msg=name)

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from rlvr.config import AlgoConfig, TinyModelConfig
 from rlvr.models import build_char_tokenizer, build_tiny_model
 from rlvr.rollout import Rollouts, decode_completions, encode_prompts, generate, sample_next
+from rlvr.rollout.generate import draw_categorical
 from rlvr.logprobs import completion_logprobs, set_prompt_sharing
 from rlvr.update import UpdateSettings, rl_update
 
@@ -82,6 +83,28 @@ def test_top_p_keeps_only_the_nucleus():
     draws = {int(sample_next(logits, 1.0, 0.7, g)) for _ in range(300)}
     assert draws == {0, 1}  # 0.5 + 0.3 reaches 0.7; tokens 2 and 3 are never drawn
     assert {int(sample_next(logits, 1.0, 0.01, g)) for _ in range(50)} == {0}
+
+
+def test_categorical_draws_follow_the_weights_and_never_a_zero_weight():
+    """Inverse-CDF sampling: frequencies match the weights (unnormalised is fine), within 5 sigma
+    over 40,000 draws, and an entry of weight 0 is never drawn, even where it sits between others."""
+    weights = torch.tensor([0.5, 0.0, 0.3, 0.15, 0.0, 0.05]) * 3.0
+    n = 40_000
+    draws = draw_categorical(weights.expand(n, -1), torch.Generator().manual_seed(1))
+    counts = torch.bincount(draws, minlength=6).double()
+    p = weights.double() / weights.sum()
+    assert counts[1] == 0 and counts[4] == 0
+    sigma = (n * p * (1 - p)).sqrt()
+    assert ((counts - n * p).abs() <= 5 * sigma + 1e-9).all(), counts.tolist()
+
+
+def test_categorical_draw_at_the_top_of_the_range_lands_on_a_real_entry(monkeypatch):
+    """A uniform that rounds up to the total (u * total == total) must still pick the last entry of
+    positive weight, not run past the end or onto trailing zeros."""
+    real_rand = torch.rand
+    monkeypatch.setattr(torch, "rand", lambda *a, **k: torch.ones_like(real_rand(*a, **k)))  # u = 1: beyond [0, 1)
+    weights = torch.tensor([[0.2, 0.7, 0.0, 0.0], [1.0, 0.0, 0.0, 3.0]])
+    assert draw_categorical(weights, None).tolist() == [1, 3]
 
 
 def test_logprobs_ignore_padding_on_both_sides(model, tokenizer):

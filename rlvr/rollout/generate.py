@@ -99,7 +99,14 @@ def sample_next(
     """One token per row: temperature, then top-k, nucleus (top-p) and min-p truncation, then a
     categorical draw. min-p (Nguyen et al. 2024) keeps the tokens whose probability is at least
     min_p times the most likely one's. Every truncation keeps the most likely token."""
-    probs_BV = torch.softmax(logits_BV / temperature, dim=-1)
+    return sample_from_probs(torch.softmax(logits_BV / temperature, dim=-1), top_p, generator, top_k, min_p)
+
+
+def sample_from_probs(
+    probs_BV: torch.Tensor, top_p: float, generator: torch.Generator | None, top_k: int = 0, min_p: float = 0.0
+) -> torch.Tensor:
+    """`sample_next` from probabilities already tempered and normalised (decoding has them from
+    its log-softmax, so the step does not compute a second softmax)."""
     if 0 < top_k < probs_BV.shape[-1]:
         kth_B1 = probs_BV.topk(top_k, dim=-1).values[:, -1:]
         probs_BV = probs_BV.masked_fill(probs_BV < kth_B1, 0.0)
@@ -113,7 +120,24 @@ def sample_next(
         drop = (sorted_p.cumsum(dim=-1) - sorted_p) >= top_p
         sorted_p = sorted_p.masked_fill(drop, 0.0)
         probs_BV = torch.zeros_like(probs_BV).scatter(-1, order, sorted_p)
-    return torch.multinomial(probs_BV, 1, generator=generator).squeeze(1)
+    return draw_categorical(probs_BV, generator)
+
+
+def draw_categorical(weights_BV: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """One index per row, drawn with probability proportional to its (non-negative) weight, by
+    inverting the running sum: one uniform number per row, found in the row's float64 cumulative
+    sum. `torch.multinomial` draws one exponential number per vocabulary entry instead (the
+    Gumbel-max form): at SmolLM2's 49,152 tokens that is ~43 ms of a ~200 ms decoding step of 32
+    rows on a 2-core CPU, against ~2 ms here. An entry of weight 0 is never drawn: the search
+    returns the first entry whose running sum exceeds the uniform, and a zero-weight entry's sum
+    equals its predecessor's."""
+    cdf_BV = weights_BV.double().cumsum(dim=-1)
+    total_B1 = cdf_BV[:, -1:]
+    u_B1 = torch.rand(total_B1.shape, dtype=torch.float64, device=weights_BV.device, generator=generator) * total_B1
+    # u * total can round up to total itself; the largest double below it still lands on the last
+    # entry of positive weight.
+    u_B1 = torch.minimum(u_B1, torch.nextafter(total_B1, torch.zeros_like(total_B1)))
+    return torch.searchsorted(cdf_BV, u_B1, right=True).squeeze(1)
 
 
 class DecodingError(RunStopped):
@@ -175,13 +199,17 @@ def generate(
         entropy_sum, steps = torch.zeros((), device=device), 0
         for t in range(max_new_tokens):
             steps = t + 1
-            if not bool(torch.isfinite(logits_AV).all()):  # on a GPU, sampling from NaN would be a device-side assert
+            # One reduction instead of a full isfinite pass: the sum of the logits is finite exactly
+            # when every logit is (bar an overflow of the sum, itself a sign of divergence).
+            # On a GPU, sampling from NaN would be a device-side assert.
+            if not bool(torch.isfinite(logits_AV.sum())):
                 raise DecodingError(f"the policy's logits are not finite at decoding step {t}: its weights have diverged")
-            logp_AV = torch.log_softmax(logits_AV if greedy else logits_AV / temperature, dim=-1)
+            logp_AV = torch.log_softmax(logits_AV if greedy or temperature == 1.0 else logits_AV / temperature, dim=-1)
+            probs_AV = None if greedy else logp_AV.exp()  # for the draw and the entropy
             if greedy:
                 next_A = logits_AV.argmax(dim=-1)
             elif generators is None:
-                next_A = sample_next(logits_AV, temperature, top_p, generator, top_k, min_p)
+                next_A = sample_from_probs(probs_AV, top_p, generator, top_k, min_p)
             else:  # each prompt's rows from its own stream
                 # Only rows still writing draw: which finished rows linger until the batch is
                 # compacted depends on the whole batch, and a stream must depend on its group alone.
@@ -189,9 +217,9 @@ def generate(
                 group_A = rows_A // G
                 for g in torch.unique(group_A[~done_A]).tolist():
                     mine = ((group_A == g) & ~done_A).nonzero().squeeze(1)
-                    next_A[mine] = sample_next(logits_AV[mine], temperature, top_p, generators[g], top_k, min_p)
+                    next_A[mine] = sample_from_probs(probs_AV[mine], top_p, generators[g], top_k, min_p)
             if not greedy:
-                entropy_sum += (logp_AV.exp() * logp_AV).sum(dim=-1).masked_fill(done_A, 0.0).sum().neg()
+                entropy_sum += (probs_AV * logp_AV).sum(dim=-1).masked_fill(done_A, 0.0).sum().neg()
             if thinking is not None:
                 next_A, forced_A = thinking.steer(next_A, rows_A, t, max_new_tokens)
             next_A = next_A.masked_fill(done_A, pad_id)
