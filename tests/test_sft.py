@@ -80,10 +80,11 @@ def test_sft_matches_the_separate_prompt_and_target_layout():
 
 
 @pytest.mark.parametrize("distill", [False, True])
-def test_sft_chunked_output_layer_scores_only_targets_and_gives_the_same_loss_and_gradient(distill):
+def test_sft_chunked_output_layer_scores_only_targets_and_gives_the_same_loss_and_gradient(distill, monkeypatch):
     """Past the logits budget only target positions go through the output layer, a chunk at a
     time (never a prompt or padded position); the loss and gradient are those of one pass, with
     distillation's token-level KL too."""
+    import rlvr.logprobs as logprobs
     from rlvr.logprobs import DEFAULT_LOGITS_BUDGET_MIB, set_logits_budget
     from rlvr.stages.sft import encode_targets
 
@@ -92,10 +93,12 @@ def test_sft_chunked_output_layer_scores_only_targets_and_gives_the_same_loss_an
     extra = {"teacher": teacher, "kl_coef": 0.5} if distill else {}
     n_targets = sum(len(ids) for ids in encode_targets(tok, TARGETS))
     results = []
+    real_head_logits = logprobs._head_logits
     for budget in (DEFAULT_LOGITS_BUDGET_MIB, 0.005):  # 0.005 MiB: 3 positions a chunk at this vocabulary
         m = copy.deepcopy(model)
-        rows = []
+        rows = []  # positions per call of the output layer: the module (one pass, distillation) or its chunked form
         hook = m.get_output_embeddings().register_forward_hook(lambda mod, args, out: rows.append(args[0].reshape(-1, args[0].shape[-1]).shape[0]))
+        monkeypatch.setattr(logprobs, "_head_logits", lambda w, b, h, *rest: rows.append(h.shape[0]) or real_head_logits(w, b, h, *rest))
         set_logits_budget(budget)
         try:
             loss = sft_backward(m, tok, PROMPTS, TARGETS, micro_batch_size=64, **extra)
