@@ -61,6 +61,7 @@ from rlvr.checkpoint import (
 from rlvr.config import RESUMABLE_CHANGES, Config, ConfigError, atomic_write_text, changes_breaking_resume, flatten, load_config, save_config, to_toml
 from rlvr.data import Example, Problem, format_prompt, load_jsonl_splits, solution_targets
 from rlvr.distributed import make_learner
+from rlvr.allocator import retain_freed_memory
 from rlvr.logprobs import set_logits_budget, set_prompt_sharing
 from rlvr.rollout.engines import set_weight_packing
 from rlvr.trackers import Trackers
@@ -181,12 +182,14 @@ def seed_everything(seed: int) -> None:
 
 
 def apply_run_settings(cfg: Config) -> None:
-    """What every command that computes applies first: run.threads, the logits budget, prompt sharing and denormal flushing."""
+    """What every command that computes applies first: run.threads, the logits budget, prompt sharing, weight
+    packing, the allocator's policy for freed memory and denormal flushing."""
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
     set_logits_budget(cfg.run.logits_budget_mib)
     set_prompt_sharing(cfg.run.share_prompts)
     set_weight_packing(cfg.rollout.pack_weights)
+    retain_freed_memory(cfg.run.retain_freed_memory)
     configure_cpu_math()
 
 

@@ -24,6 +24,7 @@ from rlvr.learner import group_generators, sample_groups
 from rlvr.reward import Scores, build_reward_terms, close_reward_terms, score_completions
 from rlvr.rollout import Rollouts, completion_id_lists
 from rlvr.rollout.controls import encode_stops
+from rlvr.allocator import retain_freed_memory
 from rlvr.rollout.engines import set_weight_packing
 
 
@@ -84,6 +85,7 @@ class RolloutWorker:
             torch.set_num_threads(threads)
             torch.set_flush_denormal(True)  # as the driver does (pipeline.configure_cpu_math)
             set_weight_packing(cfg.rollout.pack_weights)  # process-wide, as the driver sets it for itself
+            retain_freed_memory(cfg.run.retain_freed_memory)
             self.model, self.tokenizer, self.cfg = model.to(device), tokenizer, cfg
             self.version = 0  # the initial model is version 0
             self.stops = encode_stops(tokenizer, cfg.rollout.stop)
