@@ -7,13 +7,14 @@ that memory goes back to the kernel and every page of it faults in again, zeroed
 step. In a virtual machine a fault costs several microseconds: on SmolLM2-135M (2 cores) a cold
 forward + backward of 32 rows spent 15-25 s in the kernel, a warm one under 1 s.
 
-Keeping freed memory does not raise the peak (the step that needs it again holds it anyway); it
-only stops the process shrinking between steps.
+The price is a higher peak: freed blocks that fit no later request stay in the heap (~1 GB more
+at SmolLM2's 32-row step, 7.6 against 6.6 GB; docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
 import platform
 import sys
 
@@ -25,6 +26,7 @@ RETAINED_TRIM_THRESHOLD = 2**31 - 1  # mallopt takes an int: keep up to 2 GiB of
 GLIBC_DEFAULT_THRESHOLD = 128 * 1024  # both thresholds' initial values
 
 
+@functools.cache
 def _glibc() -> ctypes.CDLL | None:
     if not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
         return None

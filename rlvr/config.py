@@ -99,7 +99,8 @@ class RunConfig:
         True, "On Linux with glibc, keep memory that tensors free for the next ones instead of returning it to the system "
         "(mallopt: blocks up to 32 MiB from the heap, no trimming). Each training step allocates gigabytes of activations and "
         "gradients afresh; handed back, every page faults in again next step: measured on SmolLM2-135M, 2 cores, 15-25 s of "
-        "kernel time in a cold forward + backward. Process-wide; off restores glibc's defaults for the rest of the process."
+        "kernel time in a cold forward + backward; the peak grows (~1 GB there: freed blocks that fit no later request stay). "
+        "Process-wide; off sets glibc's initial thresholds back (without its own adaptive threshold)."
     )
     report: bool = knob(True, "Write report.html (plots, evaluations, samples, the doctor's verdicts) at the end of every stage; `rlvr report` redraws it.")
     report_every: int = knob(100, "During RL, also redraw report.html every N steps (about a second each at the lab's size); 0 = at stage ends only.")

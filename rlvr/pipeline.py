@@ -40,6 +40,7 @@ import torch
 from rich.markup import escape as markup_escape
 from rich.table import Table
 
+from rlvr.allocator import retain_freed_memory
 from rlvr.checkpoint import (
     RL_START,
     SFT_PREFIX,
@@ -61,7 +62,6 @@ from rlvr.checkpoint import (
 from rlvr.config import RESUMABLE_CHANGES, Config, ConfigError, atomic_write_text, changes_breaking_resume, flatten, load_config, save_config, to_toml
 from rlvr.data import Example, Problem, format_prompt, load_jsonl_splits, solution_targets
 from rlvr.distributed import make_learner
-from rlvr.allocator import retain_freed_memory
 from rlvr.logprobs import set_logits_budget, set_prompt_sharing
 from rlvr.rollout.engines import set_weight_packing
 from rlvr.trackers import Trackers

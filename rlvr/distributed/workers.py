@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from rlvr.allocator import retain_freed_memory
 from rlvr.checkpoint import fault_point
 from rlvr.config import Config
 from rlvr.data import Example
@@ -24,7 +25,6 @@ from rlvr.learner import group_generators, sample_groups
 from rlvr.reward import Scores, build_reward_terms, close_reward_terms, score_completions
 from rlvr.rollout import Rollouts, completion_id_lists
 from rlvr.rollout.controls import encode_stops
-from rlvr.allocator import retain_freed_memory
 from rlvr.rollout.engines import set_weight_packing
 
 
