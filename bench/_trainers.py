@@ -52,6 +52,11 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
+def page_faults() -> int:
+    """Minor page faults of this process so far: memory the kernel mapped in (zeroed) on first touch."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
 class Phases:
     """Seconds per phase, accumulated until end_step() closes a step's record."""
 
@@ -59,7 +64,8 @@ class Phases:
         self.current: dict[str, float] = defaultdict(float)
         self.steps: list[dict[str, float]] = []
         self.step_started = time.perf_counter()
-        self._open: list[tuple[float, str]] = []
+        self.step_faults = page_faults()
+        self._open: list[tuple[float, int, str]] = []
         self.rss_at_start = float("nan")  # RSS when the first step starts (model, optimizer, trainer built)
         self.profiler: Any = None  # torch.profiler.profile over the training steps, when asked for
 
@@ -69,6 +75,7 @@ class Phases:
             self.profiler.start()
         self.current.clear()
         self.step_started = time.perf_counter()
+        self.step_faults = page_faults()
 
     def finish(self) -> None:
         if self.profiler is not None:
@@ -78,17 +85,20 @@ class Phases:
         now = time.perf_counter()
         record = dict(self.current)
         record["seconds"] = now - self.step_started
+        faults = page_faults()
+        record["faults"] = faults - self.step_faults
         self.steps.append(record)
         self.current.clear()
-        self.step_started = now
+        self.step_started, self.step_faults = now, faults
 
     def wrap(self, name: str, fn: Callable) -> Callable:
         def timed(*args: Any, **kwargs: Any) -> Any:
-            t = time.perf_counter()
+            t, f = time.perf_counter(), page_faults()
             try:
                 return fn(*args, **kwargs)
             finally:
                 self.current[name] += time.perf_counter() - t
+                self.current[f"faults_{name}"] += page_faults() - f
 
         return timed
 
@@ -119,13 +129,14 @@ def _is_decoding(kwargs: dict) -> bool:
 
 
 def _forward_pre(module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
-    PHASES._open.append((time.perf_counter(), "gen_forward" if _is_decoding(kwargs) else
+    PHASES._open.append((time.perf_counter(), page_faults(), "gen_forward" if _is_decoding(kwargs) else
                          "forward" if torch.is_grad_enabled() else "forward_nograd"))
 
 
 def _forward_post(module: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
-    t, name = PHASES._open.pop()
+    t, f, name = PHASES._open.pop()
     PHASES.current[name] += time.perf_counter() - t
+    PHASES.current[f"faults_{name}"] += page_faults() - f
 
 
 # --------------------------------------------------------------------------------------- rlvr

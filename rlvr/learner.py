@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from rlvr.allocator import allocate_adam_state
 from rlvr.checkpoint import fault_point, restore_rng_state, rng_state
 from rlvr.config import Config, RolloutConfig
 from rlvr.data import Example, chat_prompts, format_prompt
@@ -86,10 +87,10 @@ def adamw(model: torch.nn.Module, lr: float, betas: tuple[float, float], eps: fl
     only: biases and normalisation weights (1-D parameters) do not decay, as in transformers' Trainer."""
     trainable = [p for p in model.parameters() if p.requires_grad]
     if weight_decay == 0.0:  # one group, as checkpoints written before decay groups existed expect
-        return torch.optim.AdamW(trainable, lr=lr, betas=betas, eps=eps, weight_decay=0.0)
+        return allocate_adam_state(torch.optim.AdamW(trainable, lr=lr, betas=betas, eps=eps, weight_decay=0.0))
     groups = [{"params": [p for p in trainable if p.ndim >= 2], "weight_decay": weight_decay},
               {"params": [p for p in trainable if p.ndim < 2], "weight_decay": 0.0}]
-    return torch.optim.AdamW([g for g in groups if g["params"]], lr=lr, betas=betas, eps=eps)
+    return allocate_adam_state(torch.optim.AdamW([g for g in groups if g["params"]], lr=lr, betas=betas, eps=eps))
 
 
 def lr_factor(schedule: str, warmup: int, total: int):

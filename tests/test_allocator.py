@@ -47,6 +47,38 @@ def test_freed_blocks_are_reused_without_page_faults():
 
 
 @glibc_only
+def test_a_freed_heap_top_over_2_gib_is_kept():
+    """A SmolLM2 step frees more than 2 GiB at once; the largest finite trim threshold (2**31 - 1)
+    handed all of it back to the kernel after every step. The blocks come from malloc itself: a
+    torch tensor's small bookkeeping allocations sit between blocks and can keep them apart."""
+    import ctypes
+
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    libc.memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
+    blocks, size = 68, 31 * 2**20  # 2,108 MiB in heap blocks, each under the 32 MiB mmap threshold
+
+    def fill_and_free() -> int:
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        held = [libc.malloc(size) for _ in range(blocks)]
+        assert all(held)
+        for address in held:
+            libc.memset(address, 1, size)
+        for address in held:
+            libc.free(address)  # they merge into one free top of over 2 GiB
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+    try:
+        assert retain_freed_memory(True)
+        fill_and_free()
+        assert fill_and_free() < blocks * size // fault_granule() // 10  # the same memory again, not new pages
+    finally:
+        retain_freed_memory(Config().run.retain_freed_memory)
+        libc.malloc_trim(0)  # give the 2 GiB back: the rest of the suite does not need it
+
+
+@glibc_only
 def test_retaining_is_the_default_and_glibc_takes_it():
     assert Config().run.retain_freed_memory is True
     assert retain_freed_memory(True)

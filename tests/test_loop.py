@@ -218,6 +218,41 @@ def test_learning_rate_schedules_and_weight_decay_groups():
     assert len(adamw(model, 1e-3, (0.9, 0.99), 1e-8, 0.0).param_groups) == 1
 
 
+@pytest.mark.parametrize("weight_decay,amsgrad", [(0.0, False), (0.1, False), (0.1, True)])
+def test_adam_state_allocated_up_front_steps_exactly_as_the_lazy_one(weight_decay, amsgrad):
+    """rlvr's AdamW holds its moments before the first step (so they sit below the activations in
+    memory); the steps it takes are bit for bit torch's lazily initialised ones."""
+
+    from rlvr.allocator import allocate_adam_state
+    from rlvr.learner import adamw
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.LayerNorm(7), torch.nn.Linear(7, 3))
+    twin = copy.deepcopy(model)
+    eager = adamw(model, 1e-2, (0.9, 0.99), 1e-8, weight_decay)
+    if amsgrad:
+        for group in eager.param_groups:
+            group["amsgrad"] = True
+        eager.defaults["amsgrad"] = True
+        eager.state.clear()
+        allocate_adam_state(eager)
+    assert all(set(eager.state[p]) >= {"step", "exp_avg", "exp_avg_sq"} for p in model.parameters())
+    assert all(float(eager.state[p]["step"]) == 0.0 and not eager.state[p]["exp_avg"].any() for p in model.parameters())
+    groups = [{"params": [q for q, p in zip(twin.parameters(), model.parameters()) if id(p) in {id(x) for x in g["params"]}],
+               "weight_decay": g["weight_decay"]} for g in eager.param_groups]
+    lazy = torch.optim.AdamW(groups, lr=1e-2, betas=(0.9, 0.99), eps=1e-8, amsgrad=amsgrad)
+    x = torch.randn(16, 5)
+    for _ in range(3):
+        for net, opt in ((model, eager), (twin, lazy)):
+            opt.zero_grad(set_to_none=True)
+            net(x).pow(2).sum().backward()
+            opt.step()
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), twin.parameters()))
+    restored = adamw(copy.deepcopy(twin), 1e-2, (0.9, 0.99), 1e-8, weight_decay)
+    restored.load_state_dict(lazy.state_dict())  # a checkpoint's state replaces the zeros
+    assert all(float(s["step"]) == 3.0 for s in restored.state.values())
+
+
 def test_the_curriculum_passes_over_solved_problems_and_resumes_where_it_was():
     from rlvr.data import Example
     from rlvr.loop import PromptStream, group_pass_rates
