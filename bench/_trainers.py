@@ -22,6 +22,12 @@ How each phase is timed (the same instruments for both trainers where possible):
   forward_nograd for the reference / old log-prob passes).
 - backward: a wrapper around `torch.autograd.backward` (what `Tensor.backward` calls).
 - optimizer: `clip_grad_norm_` plus the optimizer step (global optimizer step hooks).
+- faults / faults_<phase>: minor page faults (getrusage) in the step and in each hooked phase:
+  memory the kernel mapped in afresh, each a few microseconds in a virtual machine.
+
+spec fixed_length: every completion is exactly max_new_tokens long in both trainers (rlvr's
+sampler never sees an EOS; TRL's generate gets min_new_tokens), so the two do the same work to
+the token, where otherwise their random streams give completions of different lengths.
 """
 
 from __future__ import annotations
@@ -122,6 +128,7 @@ class Phases:
 
 
 PHASES = Phases()
+NEVER = -1  # spec fixed_length: rlvr's sampler gets this EOS id, which no token has
 
 
 def _is_decoding(kwargs: dict) -> bool:
@@ -225,6 +232,11 @@ def run_rlvr(spec: dict, work: Path) -> dict:
 
     StaticCacheEngine.prefill = PHASES.wrap("gen_forward", StaticCacheEngine.prefill)
     StaticCacheEngine.step = PHASES.wrap("gen_forward", StaticCacheEngine.step)
+    if spec.get("fixed_length"):  # no row ends early: an EOS id no token has (TRL: min_new_tokens)
+        import rlvr.learner as learner
+
+        sample = learner.generate
+        learner.generate = lambda *args, **kwargs: sample(*args, **{**kwargs, "eos_id": NEVER})
     summary = run(cfg, _Reporter(), command="bench")
     records = read_jsonl_records(run_dir / "metrics.jsonl")
     steps = []
@@ -327,6 +339,8 @@ def trl_config(spec: dict, out_dir: Path):
         dataloader_num_workers=0,
         seed=spec["seed"],
         model_init_kwargs={"dtype": "float32"},
+        # fixed_length: every completion is max_completion_length tokens (EOS masked until then), as rlvr's
+        generation_kwargs={"min_new_tokens": spec["max_new_tokens"]} if spec.get("fixed_length") else None,
     )
 
 

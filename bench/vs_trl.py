@@ -169,6 +169,8 @@ def summarize(results: list[dict], shape: Shape, prompt_lens: list[list[int]], G
         "floor_peak_s": statistics.median(f[1] for f in floors),
         "gflop_per_step": statistics.median(sum(f.values()) for f in flops) / 1e9,
         "active_frac": statistics.fmean(s["active_frac"] for s in steps) if steps[0].get("active_frac") is not None else None,
+        "faults_per_step": statistics.median(s.get("faults", 0) for s in steps),  # minor page faults (bench/_trainers.py)
+        "step_seconds": [[round(s["seconds"], 2) for s in r["steps"]] for r in results],  # every step, the first included
     }
 
 
@@ -198,7 +200,8 @@ def print_ab(beta: float, summary: dict[str, dict], results: dict[str, list[dict
               f"floor {s['floor_s'] * 1e3:.1f} ms at the model's shapes ({s['floor_peak_s'] * 1e3:.1f} ms at peak); "
               f"decoding forwards {s['gen_forward']:.3f} s of generate {s['phases']['generate']:.3f} s; "
               f"no-grad training forwards (reference) {s['forward_nograd']:.3f} s; RSS at the first step {s['rss_start_mb']:.0f} MiB"
-              + (f"; rows in the update {s['active_frac']:.0%}" if s["active_frac"] is not None else ""))
+              + (f"; rows in the update {s['active_frac']:.0%}" if s["active_frac"] is not None else "")
+              + f"; page faults per step (median) {s['faults_per_step']:,.0f}; every step's seconds {s['step_seconds']}")
     print("\nrewards per step (mean over the batch):")
     for name in summary:
         for res in results[name]:
@@ -220,6 +223,7 @@ def setup(args, work: Path) -> tuple[Path, Shape, int, dict, list[list[int]]]:
     base = {"model_dir": str(model_dir.resolve()), "steps": args.steps, "G": args.G, "prompts_per_step": args.prompts,
             "max_new_tokens": args.max_new_tokens, "lr": lr, "warmup": args.warmup, "seed": args.seed, "threads": args.threads}
     base["reward"] = args.reward
+    base["fixed_length"] = args.fixed_length
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(model_dir)) if args.model else build_char_tokenizer()  # the model's own tokens count
@@ -364,6 +368,8 @@ def main() -> None:
                         help="even_length: mixed groups for a model that never boxes an answer, so both trainers update (timing only)")
     parser.add_argument("--rlvr-variant", action="append", default=[], metavar="NAME=OVERRIDES",
                         help="an extra rlvr run in the interleave with comma-separated overrides, e.g. onepass=run.logits_budget_mib=100000")
+    parser.add_argument("--fixed-length", action="store_true",
+                        help="every completion is exactly --max-new-tokens long in both trainers (no EOS), so the work is identical to the token")
     parser.add_argument("--size", choices=sorted(SIZES), default="lab", help="model size to build for the A/B runs")
     parser.add_argument("--sft-steps", type=int, default=3000, help="cold-start SFT steps (the lab's default); 0 = random init")
     parser.add_argument("--betas", type=float, nargs="+", default=[0.0, 0.04])
