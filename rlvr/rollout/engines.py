@@ -105,28 +105,72 @@ def static_engine_unsupported(model: PreTrainedModel, total_length: int) -> str 
     return None
 
 
+def cpu_vendor() -> str:
+    """The CPU's vendor string as Linux reports it ('GenuineIntel', 'AuthenticAMD'), or ''."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def packing_backend() -> str | None:
+    """Which packed matmul decodes here: 'mkl' (MKL's packed sgemm) on Intel CPUs, 'onednn'
+    elsewhere, None when this torch build has neither.
+
+    Measured on SmolLM2-135M's 211 projections, 32 rows, 2 cores, weights streamed from memory
+    as in decoding (a 2-core Xeon with AVX-512): F.linear 56.6 ms a step, oneDNN packed 55.3,
+    MKL packed 47.3; limited to AVX2 75.5 (oneDNN) against 58.8 (MKL). MKL's packed product is
+    also the very sum F.linear computes (bit-identical logits), where oneDNN's differs by ~1e-6.
+    On AMD EPYC oneDNN was measured (F.linear 46 -> 18 ms on the output layer); MKL's packed path
+    was not, and MKL's sgemm ran slowly there, so AMD and others keep oneDNN."""
+    mkl = torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear") and hasattr(torch.ops.mkl, "_mkl_reorder_linear_weight")
+    if mkl and cpu_vendor() == "GenuineIntel":
+        return "mkl"
+    if torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise") and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"):
+        return "onednn"
+    return None
+
+
 class PackedLinear:
-    """A decoding-time copy of a Linear layer's weights in oneDNN's blocked layout (CPU, fp32).
+    """A decoding-time copy of a Linear layer's weights in a packed layout (CPU, fp32).
 
-    At decoding shapes (a few dozen rows against a weight matrix streamed from memory) MKL's
-    sgemm, which `F.linear` calls, re-packs the weight on every call; oneDNN's matmul on a weight
-    packed once does not. On SmolLM2-135M, 32 rows, 2 cores (bench/engines.py): the output layer
-    46 -> 18 ms, the 30 layers' projections 100 -> 77 ms a step. The same fp32 products summed in
-    another order: logits differ by ~1e-6. Weights change every optimizer step, so each generate
-    call packs afresh (~0.4 s at 135M parameters, against ~20 s of decoding)."""
+    At decoding shapes (a few dozen rows against a weight matrix streamed from memory) `F.linear`
+    calls MKL's sgemm, which re-packs the weight on every call; a matmul on a weight packed once
+    does not. Weights change every optimizer step, so each generate call packs afresh (~0.13 s
+    at 135M parameters, against seconds of decoding).
 
-    def __init__(self, linear: torch.nn.Linear):
-        # The batch-size hint oneDNN packs for: 1 to 512 all decode 32 or 8 rows alike (measured).
-        self.weight = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), 32)
+    Two backends (`packing_backend`): MKL's packed sgemm is packed for a number of rows and uses
+    the packing only for exactly that many (other counts run F.linear's sgemm on the original
+    weight: the same numbers), so the engine packs for the rows it decodes and again when rows
+    leave the batch; oneDNN's blocked layout serves any number of rows (1 to 512 all decode 32 or
+    8 rows alike, measured)."""
+
+    def __init__(self, linear: torch.nn.Linear, rows: int, backend: str):
+        self.weight = linear.weight.detach()
         self.bias = linear.bias.detach() if linear.bias is not None else None
+        self.rows, self.backend = rows, backend
+        if backend == "mkl":
+            self.packed = torch.ops.mkl._mkl_reorder_linear_weight(self.weight, rows)
+        else:
+            self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight, rows)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
+        if self.backend == "mkl":
+            return torch.ops.mkl._mkl_linear(x, self.packed, self.weight, self.bias, self.rows)
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
 
 
-# Below this hidden size the per-call cost of a oneDNN primitive outweighs what packing saves
+# Below this hidden size the per-call cost of a packed primitive outweighs what packing saves
 # (bench/engines.py --packed on the 192-wide lab model).
 PACKED_MIN_HIDDEN = 512
+# MKL's packing serves one row count: after rows leave the batch the engine packs again only when
+# this many decoding steps may still follow (a repack of 135M parameters costs ~2.5 steps of 32
+# rows and saves ~30% of each later step's matmuls; the rest of a shorter tail runs unpacked).
+REPACK_MIN_STEPS = 16
 _packing = True
 
 
@@ -140,9 +184,8 @@ def set_weight_packing(enabled: bool) -> None:
 def packing_unsupported(model: PreTrainedModel) -> str | None:
     """Why the static engine cannot decode `model` with `PackedLinear` weights, or None."""
     base = base_model(model)
-    if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-            and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")):
-        return "this torch build has no oneDNN linear"
+    if packing_backend() is None:
+        return "this torch build has neither MKL's packed sgemm nor oneDNN's linear"
     weight = base.get_output_embeddings().weight
     if weight.device.type != "cpu" or torch.is_autocast_enabled("cpu"):
         return "packing is for fp32 decoding on CPU"
@@ -163,9 +206,12 @@ def packing_unsupported(model: PreTrainedModel) -> str | None:
 class StaticCacheEngine:
     """Llama-family models layer by layer, with keys and values in preallocated buffers."""
 
-    def __init__(self, model: PreTrainedModel, max_new_tokens: int, packed: bool | None = None):
+    def __init__(self, model: PreTrainedModel, max_new_tokens: int, packed: bool | None = None, backend: str | None = None):
         """`packed`: decode with `PackedLinear` copies of the weights (None: when the model allows
-        it and is at least PACKED_MIN_HIDDEN wide; True: insist, and say why not)."""
+        it and is at least PACKED_MIN_HIDDEN wide; True: insist, and say why not). `backend`:
+        'mkl' or 'onednn' instead of this CPU's choice (`packing_backend`)."""
+        if backend not in (None, "mkl", "onednn"):
+            raise ValueError(f"backend must be 'mkl' or 'onednn', got {backend!r}")
         self.base = base_model(model)
         self.inner = self.base.model
         reason = packing_unsupported(model)
@@ -173,8 +219,12 @@ class StaticCacheEngine:
             raise ValueError(f"packed decoding is not possible for this model: {reason}")
         if packed is None:
             packed = _packing and reason is None and self.base.config.hidden_size >= PACKED_MIN_HIDDEN
-        self.linears = self._pack() if packed else None
+        # Packed at the first decoding step, for its rows (the prefill's many rows run F.linear,
+        # which is at its best there): module -> PackedLinear, and the backend that packs them.
+        self.packing = (backend or packing_backend()) if packed else None
+        self.linears: dict[torch.nn.Module, PackedLinear] | None = None
         self.max_new_tokens = max_new_tokens
+        self.prompt_length = 0
         attn = self.inner.layers[0].self_attn
         # The modelling module's own rotary application (the Llama form, shared by all four types).
         self.apply_rotary = sys.modules[type(attn).__module__].apply_rotary_pos_emb
@@ -184,15 +234,23 @@ class StaticCacheEngine:
         self.filled = 0  # columns written so far
         self.fp32_head = fp32_output_head(model)  # decided once per generate call (autocast does not change inside it)
 
-    def _pack(self) -> dict[torch.nn.Module, PackedLinear]:
+    def _pack(self, rows: int) -> None:
+        """Pack every projection and the output layer for decoding `rows` rows: the first step,
+        and with MKL's backend again when rows have left the batch and enough steps may follow."""
+        if self.linears is not None:
+            if self.packing != "mkl" or next(iter(self.linears.values())).rows == rows:
+                return
+            if self.max_new_tokens - (self.filled - self.prompt_length) < REPACK_MIN_STEPS:
+                return
+        self.linears = None  # the old packing's memory goes before the new one's is taken
         linears = {}
         for layer in self.inner.layers:
             attn, mlp = layer.self_attn, layer.mlp
             for linear in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj):
-                linears[linear] = PackedLinear(linear)
+                linears[linear] = PackedLinear(linear, rows, self.packing)
         head = self.base.get_output_embeddings()
-        linears[head] = PackedLinear(head)
-        return linears
+        linears[head] = PackedLinear(head, rows, self.packing)
+        self.linears = linears
 
     def _linear(self, module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
         return self.linears[module](x) if self.linears is not None else module(x)
@@ -214,7 +272,8 @@ class StaticCacheEngine:
         eye_PP = torch.eye(P, dtype=torch.bool, device=prompt_ids_NP.device)
         mask_N1PP = (causal_PP & self.valid_AK[:, None, None, :P]) | eye_PP
         positions_NP = (prompt_mask_NP.cumsum(dim=1) - 1).clamp(min=0)
-        self.keys, self.values, self.filled = [], [], 0
+        self.keys, self.values, self.filled, self.prompt_length = [], [], 0, P
+        self.linears = None  # packed at the first step, from the weights as they are now
         logits_NV = self._forward(prompt_ids_NP, positions_NP, mask_N1PP, allocate=K)
         G = group_size
         if G > 1:  # the prompt's KV, computed once, shared by its G samples
@@ -225,6 +284,8 @@ class StaticCacheEngine:
 
     def step(self, tokens_A: torch.Tensor, positions_A: torch.Tensor) -> torch.Tensor:
         n = self.filled
+        if self.packing is not None:
+            self._pack(len(tokens_A))
         self.valid_AK[:, n] = True
         return self._forward(tokens_A.unsqueeze(1), positions_A.unsqueeze(1), self.valid_AK[:, None, None, : n + 1])
 

@@ -18,9 +18,9 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from rlvr.algorithms import aggregate
-from rlvr.allocator import allocate_adam_state
 from rlvr.checkpoint import fault_point
 from rlvr.config import SFTConfig
+from rlvr.learner import new_adamw
 from rlvr.metrics import PhaseBar
 from rlvr.logprobs import backward_outside_autocast, completion_logprobs, completion_teacher_kl
 from rlvr.update import token_budget_batches
@@ -136,7 +136,7 @@ def sft_train(
     `resume` continues from such a checkpoint (the caller has loaded its weights): the pairs it
     consumed are skipped, so the steps that follow are those of an uninterrupted run. `log` gets
     one record per step. `teacher` and `kl_coef`: see `sft_backward`."""
-    optimizer = allocate_adam_state(torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay))
+    optimizer = new_adamw(list(model.parameters()), lr=cfg.lr, weight_decay=cfg.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(cfg.warmup_steps, cfg.steps))
     start = 0
     if resume is not None:
