@@ -17,8 +17,8 @@ exactly --max-new-tokens tokens per row (EOS never ends a row), so all do the sa
 
     .venv/bin/python bench/engines.py --model runs/models/smollm2 --hf-generate --fixed-length --rounds 3
 
-`--other-backend` adds the static engine packed by the backend this CPU does not use (oneDNN on
-Intel, where MKL packs; rlvr.rollout.engines.packing_backend):
+`--other-backend` adds the static engine packed for MKL's packed sgemm instead of oneDNN
+(rlvr.rollout.engines.packing_backend says why oneDNN is the default):
 
     .venv/bin/python bench/engines.py --model runs/models/smollm2 --other-backend --unpacked --fixed-length --rounds 3
 
@@ -81,7 +81,7 @@ def main() -> None:
     parser.add_argument("--unpacked", action="store_true", help="also the static engine with rollout.pack_weights=false")
     parser.add_argument("--force-packed", action="store_true", help="pack weights whatever the model's width")
     parser.add_argument("--other-backend", action="store_true",
-                        help="also the static engine packed by the other backend (oneDNN where this CPU packs with MKL, and MKL elsewhere)")
+                        help="also the static engine packed for MKL's packed sgemm (the default packs for oneDNN)")
     args = parser.parse_args()
     own = engine_module.packing_backend()
     other = {"mkl": "onednn", "onednn": "mkl"}.get(own or "", "")

@@ -31,6 +31,7 @@ import time
 
 import torch
 
+from rlvr.learner import new_adamw
 from rlvr.algorithms import aggregate
 from rlvr.config import Config
 from rlvr.data import format_prompt
@@ -87,7 +88,7 @@ def main() -> None:
     shapes = [("separate", 16, 0), ("joined", 16, 0)] + [("joined", 64, b) for b in args.budgets]
     names = [f"{layout}, {f'{tokens} tokens' if tokens else f'{rows} rows'}" for layout, rows, tokens in shapes]
     models = [build_tiny_model(tokenizer, cfg.model.tiny, seed=0) for _ in shapes]
-    optimizers = [torch.optim.AdamW(m.parameters(), lr=cfg.sft.lr) for m in models]
+    optimizers = [new_adamw(list(m.parameters()), lr=cfg.sft.lr) for m in models]  # the AdamW SFT builds
     timings = {n: {"step": [], "encode": [], "fwd_bwd": [], "optimizer": []} for n in names}
     work = {n: [0, 0, 0] for n in names}
     pairs = ((format_prompt(tokenizer, e, cfg.data), t) for e, t in sft_targets(train, cfg.sft.batch_size, cfg.sft.worked_fraction, 0))

@@ -306,9 +306,8 @@ class RolloutConfig:
     )
     pack_weights: bool = knob(
         True, "On CPU in fp32, the static engine decodes with each projection's weights packed once per generate call "
-        "instead of F.linear (whose sgemm re-packs them on every call): MKL's packed sgemm on Intel CPUs (the same logits "
-        "to the bit, 0.84x F.linear's matmul time at 135M parameters), oneDNN's elsewhere (logits equal to ~1e-6; 0.6-0.8x "
-        "the step time on AMD EPYC). Only for plain Linear layers (not LoRA-wrapped) of models at least 512 wide.",
+        "for oneDNN's matmul instead of F.linear (MKL re-packs them on every call): 0.6-0.8x the step time at 135M "
+        "parameters, logits equal to ~1e-6. Only for plain Linear layers (not LoRA-wrapped) of models at least 512 wide.",
     )
 
     def validate(self) -> None:

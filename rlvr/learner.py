@@ -92,11 +92,27 @@ def new_adamw(params, **kwargs: Any) -> torch.optim.AdamW:
 
     Fused: one kernel per parameter instead of about ten elementwise passes over it and its two
     moments (0.33 -> 0.09 s a step at SmolLM2's 134.5M parameters on 2 cores; TRL's Trainer fuses
-    too). The same update up to float rounding; its state (moments, a float step) is the
-    unfused one's, so checkpoints load either way."""
+    too). The same update up to float rounding, and the same state (moments, a float step), so a
+    checkpoint from either kind loads into the other. torch's load_state_dict would also take the
+    saved groups' `fused` flag (a checkpoint from before this choice would turn fusing off for
+    the rest of the run): a hook puts this machine's choice back after every load."""
+    params = [dict(item, params=list(item["params"])) if isinstance(item, dict) else item for item in params]
     tensors = [p for item in params for p in (item["params"] if isinstance(item, dict) else [item])]
     fused = bool(tensors) and all(p.device.type in FUSED_ADAM_DEVICES and p.dtype in FUSED_ADAM_DTYPES for p in tensors)
-    return allocate_adam_state(torch.optim.AdamW(params, fused=fused or None, **kwargs))
+    optimizer = torch.optim.AdamW(params, fused=fused or None, **kwargs)
+
+    def keep_kernel(loaded: torch.optim.Optimizer) -> None:
+        for group in loaded.param_groups:
+            group["fused"] = fused or None
+            if fused:
+                group["foreach"] = None  # torch refuses fused and foreach together
+        if fused:  # the fused kernel reads each step from the parameter's device, as float32
+            for param, state in loaded.state.items():
+                if "step" in state:
+                    state["step"] = state["step"].to(device=param.device, dtype=torch.float32)
+
+    optimizer.register_load_state_dict_post_hook(keep_kernel)
+    return allocate_adam_state(optimizer)
 
 
 def adamw(model: torch.nn.Module, lr: float, betas: tuple[float, float], eps: float, weight_decay: float) -> torch.optim.AdamW:

@@ -275,10 +275,17 @@ def test_adamw_is_fused_where_torch_can_and_steps_as_the_unfused_one():
     for a, b in zip(model.parameters(), twin.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
     assert not torch.allclose(model[0].weight, before[0].weight, atol=1e-3)  # five steps of lr 1e-2 did move them
-    plain.load_state_dict(fused.state_dict())  # a checkpoint from either loads into the other
-    fused.load_state_dict(plain.state_dict())
-    assert new_adamw([torch.nn.Parameter(torch.zeros(3, dtype=torch.int64).float())], lr=1.0).defaults["fused"] is True
+    # A checkpoint of either kind loads into the other and keeps the loading optimizer's kernel
+    # (torch's load_state_dict alone would take the saved flag).
+    resumed = adamw(copy.deepcopy(twin), 1e-2, (0.9, 0.99), 1e-8, 0.1)
+    resumed.load_state_dict(plain.state_dict())
+    assert all(g["fused"] is True for g in resumed.param_groups)
+    assert all(float(s["step"]) == 5.0 and s["step"].dtype == torch.float32 for s in resumed.state.values())
+    plain.load_state_dict(fused.state_dict())
+    assert all(g["fused"] for g in plain.param_groups)  # torch's own optimizer takes the saved flag: what the hook undoes
     assert new_adamw([torch.nn.Parameter(torch.zeros(3, dtype=torch.complex64))], lr=1.0).defaults["fused"] is None
+    generator = (q for q in torch.nn.Linear(2, 2).parameters())  # a generator is read once, not twice
+    assert len(new_adamw(generator, lr=1.0).param_groups[0]["params"]) == 2
 
 
 def test_the_curriculum_passes_over_solved_problems_and_resumes_where_it_was():

@@ -105,34 +105,24 @@ def static_engine_unsupported(model: PreTrainedModel, total_length: int) -> str 
     return None
 
 
-def cpu_vendor() -> str:
-    """The CPU's vendor string as Linux reports it ('GenuineIntel', 'AuthenticAMD'), or ''."""
-    try:
-        with open("/proc/cpuinfo") as info:
-            for line in info:
-                if line.startswith("vendor_id"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return ""
-
-
 def packing_backend() -> str | None:
-    """Which packed matmul decodes here: 'mkl' (MKL's packed sgemm) on Intel CPUs, 'onednn'
-    elsewhere, None when this torch build has neither.
+    """The packed matmul decoding uses by default: oneDNN's ('onednn'), or None when this torch
+    build lacks it. MKL's packed sgemm ('mkl', StaticCacheEngine(backend="mkl")) decodes faster on
+    the Xeon measured (SmolLM2-135M, 32 rows, 2 cores: the 211 matmuls of a step 47.3 ms against
+    oneDNN's 55.3, 58.8 against 75.5 limited to AVX2; a generate call of 96 tokens 7.9 against
+    8.9 s) and gives F.linear's logits to the bit, but torch allocates its packed weights at ~4x
+    their size (MKL's packed size for any row count), of which a quarter is written: freed into
+    the heap that rlvr keeps (run.retain_freed_memory), the rest is later written by other
+    tensors, and the micro-batch-8 checkpointed SmolLM2 step peaked at 4,597 MiB against 3,372
+    with oneDNN (bench/engines.py --other-backend; docs/benchmarks.md). So it is not the default."""
+    return "onednn" if backend_available("onednn") else None
 
-    Measured on SmolLM2-135M's 211 projections, 32 rows, 2 cores, weights streamed from memory
-    as in decoding (a 2-core Xeon with AVX-512): F.linear 56.6 ms a step, oneDNN packed 55.3,
-    MKL packed 47.3; limited to AVX2 75.5 (oneDNN) against 58.8 (MKL). MKL's packed product is
-    also the very sum F.linear computes (bit-identical logits), where oneDNN's differs by ~1e-6.
-    On AMD EPYC oneDNN was measured (F.linear 46 -> 18 ms on the output layer); MKL's packed path
-    was not, and MKL's sgemm ran slowly there, so AMD and others keep oneDNN."""
-    mkl = torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear") and hasattr(torch.ops.mkl, "_mkl_reorder_linear_weight")
-    if mkl and cpu_vendor() == "GenuineIntel":
-        return "mkl"
-    if torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise") and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"):
-        return "onednn"
-    return None
+
+def backend_available(backend: str) -> bool:
+    """Whether this torch build has the ops of a packing backend ('mkl' or 'onednn')."""
+    if backend == "mkl":
+        return torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear") and hasattr(torch.ops.mkl, "_mkl_reorder_linear_weight")
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise") and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
 
 
 class PackedLinear:
@@ -146,8 +136,8 @@ class PackedLinear:
     Two backends (`packing_backend`): MKL's packed sgemm is packed for a number of rows and uses
     the packing only for exactly that many (other counts run F.linear's sgemm on the original
     weight: the same numbers), so the engine packs for the rows it decodes and again when rows
-    leave the batch; oneDNN's blocked layout serves any number of rows (1 to 512 all decode 32 or
-    8 rows alike, measured)."""
+    leave the batch; oneDNN's blocked layout serves any number of rows (packed for 32: hints from
+    1 to 512 all decoded 32 or 8 rows alike, measured)."""
 
     def __init__(self, linear: torch.nn.Linear, rows: int, backend: str):
         self.weight = linear.weight.detach()
@@ -155,8 +145,8 @@ class PackedLinear:
         self.rows, self.backend = rows, backend
         if backend == "mkl":
             self.packed = torch.ops.mkl._mkl_reorder_linear_weight(self.weight, rows)
-        else:
-            self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight, rows)
+        else:  # the row-count hint oneDNN was measured with (any count decodes alike)
+            self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight, ONEDNN_ROWS_HINT)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.backend == "mkl":
@@ -164,6 +154,7 @@ class PackedLinear:
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
 
 
+ONEDNN_ROWS_HINT = 32
 # Below this hidden size the per-call cost of a packed primitive outweighs what packing saves
 # (bench/engines.py --packed on the 192-wide lab model).
 PACKED_MIN_HIDDEN = 512
@@ -222,6 +213,8 @@ class StaticCacheEngine:
         # Packed at the first decoding step, for its rows (the prefill's many rows run F.linear,
         # which is at its best there): module -> PackedLinear, and the backend that packs them.
         self.packing = (backend or packing_backend()) if packed else None
+        if backend is not None and packed and not backend_available(backend):
+            raise ValueError(f"packed decoding by {backend} is not possible: this torch build lacks its ops")
         self.linears: dict[torch.nn.Module, PackedLinear] | None = None
         self.max_new_tokens = max_new_tokens
         self.prompt_length = 0
@@ -240,7 +233,8 @@ class StaticCacheEngine:
         if self.linears is not None:
             if self.packing != "mkl" or next(iter(self.linears.values())).rows == rows:
                 return
-            if self.max_new_tokens - (self.filled - self.prompt_length) < REPACK_MIN_STEPS:
+            # generate makes max_new_tokens - 1 step calls; this is one of those left
+            if self.max_new_tokens - 1 - (self.filled - self.prompt_length) < REPACK_MIN_STEPS:
                 return
         self.linears = None  # the old packing's memory goes before the new one's is taken
         linears = {}
