@@ -230,6 +230,10 @@ def run_rlvr(spec: dict, work: Path) -> dict:
     # its forwards are timed at the engine (the transformers engine goes through the hooks).
     from rlvr.rollout.engines import StaticCacheEngine
 
+    if spec.get("mkl_packing"):  # a variant: decoding packed for MKL instead of oneDNN
+        import _mkl_packing
+
+        _mkl_packing.install(spec["prompts_per_step"] * spec["G"])
     StaticCacheEngine.prefill = PHASES.wrap("gen_forward", StaticCacheEngine.prefill)
     StaticCacheEngine.step = PHASES.wrap("gen_forward", StaticCacheEngine.step)
     if spec.get("fixed_length"):  # no row ends early: an EOS id no token has (TRL: min_new_tokens)

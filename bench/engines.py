@@ -17,10 +17,10 @@ exactly --max-new-tokens tokens per row (EOS never ends a row), so all do the sa
 
     .venv/bin/python bench/engines.py --model runs/models/smollm2 --hf-generate --fixed-length --rounds 3
 
-`--other-backend` adds the static engine packed for MKL's packed sgemm instead of oneDNN
-(rlvr.rollout.engines.packing_backend says why oneDNN is the default):
+`--mkl` adds the static engine with weights packed for MKL's packed sgemm instead of oneDNN
+(bench/_mkl_packing.py; docs/benchmarks.md says why oneDNN is the default):
 
-    .venv/bin/python bench/engines.py --model runs/models/smollm2 --other-backend --unpacked --fixed-length --rounds 3
+    .venv/bin/python bench/engines.py --model runs/models/smollm2 --mkl --unpacked --fixed-length --rounds 3
 
 `--unpacked` adds the static engine without packed weights (`rollout.pack_weights=false`:
 every projection through F.linear), which is what it does below 512 wide anyway:
@@ -37,6 +37,7 @@ import time
 
 import torch
 
+import _mkl_packing
 from rlvr.config import Config, TinyModelConfig
 from rlvr.data import format_prompt
 from rlvr.loop import PromptStream
@@ -80,19 +81,16 @@ def main() -> None:
     parser.add_argument("--fixed-length", action="store_true", help="every row writes exactly --max-new-tokens tokens")
     parser.add_argument("--unpacked", action="store_true", help="also the static engine with rollout.pack_weights=false")
     parser.add_argument("--force-packed", action="store_true", help="pack weights whatever the model's width")
-    parser.add_argument("--other-backend", action="store_true",
-                        help="also the static engine packed for MKL's packed sgemm (the default packs for oneDNN)")
+    parser.add_argument("--mkl", action="store_true", help="also the static engine packed for MKL's packed sgemm (the default packs for oneDNN)")
     args = parser.parse_args()
-    own = engine_module.packing_backend()
-    other = {"mkl": "onednn", "onednn": "mkl"}.get(own or "", "")
-    engines = ENGINES + (("static-unpacked",) if args.unpacked else ()) + ((f"static-{other}",) if args.other_backend and other else ()) \
+    engines = ENGINES + (("static-unpacked",) if args.unpacked else ()) + (("static-mkl",) if args.mkl else ()) \
         + (("model.generate",) if args.hf_generate else ())
     if args.force_packed:
         engine_module.PACKED_MIN_HIDDEN = 0
     torch.set_num_threads(args.threads)
     torch.set_flush_denormal(True)
 
-    chosen_backend = engine_module.packing_backend
+    onednn_packing = engine_module.PackedLinear
     cfg = Config()
     if args.model:
         model, tokenizer = load_model(args.model), load_tokenizer(args.model)
@@ -119,12 +117,13 @@ def main() -> None:
                 n_steps, n_tokens = hf_generate(model, ids, mask, tokenizer, args, seed=r)
             else:
                 engine_module.set_weight_packing(engine != "static-unpacked")
-                engine_module.packing_backend = (lambda: other) if engine == f"static-{other}" else chosen_backend
+                if engine == "static-mkl":
+                    _mkl_packing.install(args.prompts * args.group_size)
                 outs[engine] = generate(model, ids, mask, max_new_tokens=args.max_new_tokens, eos_id=eos,
                                         pad_id=tokenizer.pad_token_id, group_size=args.group_size,
                                         generator=torch.Generator().manual_seed(r), engine=engine.split("-")[0])
                 engine_module.set_weight_packing(True)
-                engine_module.packing_backend = chosen_backend
+                engine_module.PackedLinear = onednn_packing
                 n_steps, n_tokens = outs[engine].completion_ids_BT.shape[1], int(outs[engine].lengths_B.sum())
             if r:
                 seconds[engine].append(time.perf_counter() - t0)
@@ -147,8 +146,8 @@ def main() -> None:
     print(f"static / transformers: {med['static'] / med['transformers']:.2f}")
     if args.unpacked:
         print(f"static (packed) / static-unpacked: {med['static'] / med['static-unpacked']:.2f}")
-    if args.other_backend and other:
-        print(f"static (packed by {own}) / static-{other}: {med['static'] / med[f'static-{other}']:.2f}")
+    if args.mkl:
+        print(f"static (oneDNN) / static-mkl: {med['static'] / med['static-mkl']:.2f}")
     if args.hf_generate:
         print(f"static / model.generate: {med['static'] / med['model.generate']:.2f}")
 

@@ -48,6 +48,8 @@ SIZES = {
     "10M": (384, 6, 6, 3, 1024),  # 9.8M
     "30M": (512, 10, 8, 4, 1408),  # 29.6M
 }
+# In a variant's overrides, not a config field: decode with weights packed for MKL (bench/_mkl_packing.py)
+MKL_PACKING = "mkl_packing"
 PHASE_COLUMNS = ["generate", "score", "forward", "backward", "optimizer", "other"]
 STARTED = time.strftime("%Y%m%d-%H%M%S")
 
@@ -253,7 +255,8 @@ def ab(args, work: Path) -> dict:
             for trainer in trainers:
                 name = f"beta{beta}-{trainer}-{rep + 1}"
                 extra = variants[trainer[5:]].split(",") if trainer.startswith("rlvr-") else []
-                spec = {**base, "trainer": "trl" if trainer == "trl" else "rlvr", "beta": beta, "rlvr_overrides": extra}
+                spec = {**base, "trainer": "trl" if trainer == "trl" else "rlvr", "beta": beta,
+                        "rlvr_overrides": [o for o in extra if o != MKL_PACKING], "mkl_packing": MKL_PACKING in extra}
                 print(f"  running {name} (load {load()}) ...", file=sys.stderr, flush=True)
                 runs[beta][trainer].append(run_child(spec, work, name, args.timeout))
     for beta in args.betas:
@@ -367,7 +370,8 @@ def main() -> None:
     parser.add_argument("--reward", choices=["boxed_math", "even_length"], default="boxed_math",
                         help="even_length: mixed groups for a model that never boxes an answer, so both trainers update (timing only)")
     parser.add_argument("--rlvr-variant", action="append", default=[], metavar="NAME=OVERRIDES",
-                        help="an extra rlvr run in the interleave with comma-separated overrides, e.g. onepass=run.logits_budget_mib=100000")
+                        help="an extra rlvr run in the interleave with comma-separated overrides, e.g. onepass=run.logits_budget_mib=100000; "
+                             f"'{MKL_PACKING}' among them decodes with weights packed for MKL (bench/_mkl_packing.py)")
     parser.add_argument("--fixed-length", action="store_true",
                         help="every completion is exactly --max-new-tokens long in both trainers (no EOS), so the work is identical to the token")
     parser.add_argument("--size", choices=sorted(SIZES), default="lab", help="model size to build for the A/B runs")

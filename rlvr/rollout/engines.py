@@ -105,63 +105,28 @@ def static_engine_unsupported(model: PreTrainedModel, total_length: int) -> str 
     return None
 
 
-def packing_backend() -> str | None:
-    """The packed matmul decoding uses by default: oneDNN's ('onednn'), or None when this torch
-    build lacks it. MKL's packed sgemm ('mkl', StaticCacheEngine(backend="mkl")) decodes faster on
-    the Xeon measured (SmolLM2-135M, 32 rows, 2 cores: the 211 matmuls of a step 47.3 ms against
-    oneDNN's 55.3, 58.8 against 75.5 limited to AVX2; a generate call of 96 tokens 7.9 against
-    8.9 s) and gives F.linear's logits to the bit, but torch allocates its packed weights at ~4x
-    their size (MKL's packed size for any row count), of which a quarter is written: freed into
-    the heap that rlvr keeps (run.retain_freed_memory), the rest is later written by other
-    tensors, and the micro-batch-8 checkpointed SmolLM2 step peaked at 4,597 MiB against 3,372
-    with oneDNN (bench/engines.py --other-backend; docs/benchmarks.md). So it is not the default."""
-    return "onednn" if backend_available("onednn") else None
-
-
-def backend_available(backend: str) -> bool:
-    """Whether this torch build has the ops of a packing backend ('mkl' or 'onednn')."""
-    if backend == "mkl":
-        return torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear") and hasattr(torch.ops.mkl, "_mkl_reorder_linear_weight")
-    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise") and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
-
-
 class PackedLinear:
-    """A decoding-time copy of a Linear layer's weights in a packed layout (CPU, fp32).
+    """A decoding-time copy of a Linear layer's weights in oneDNN's blocked layout (CPU, fp32).
 
-    At decoding shapes (a few dozen rows against a weight matrix streamed from memory) `F.linear`
-    calls MKL's sgemm, which re-packs the weight on every call; a matmul on a weight packed once
-    does not. Weights change every optimizer step, so each generate call packs afresh (~0.13 s
-    at 135M parameters, against seconds of decoding).
+    At decoding shapes (a few dozen rows against a weight matrix streamed from memory) MKL's
+    sgemm, which `F.linear` calls, re-packs the weight on every call; oneDNN's matmul on a weight
+    packed once does not. On SmolLM2-135M, 32 rows, 2 cores (bench/engines.py): the output layer
+    46 -> 18 ms, the 30 layers' projections 100 -> 77 ms a step. The same fp32 products summed in
+    another order: logits differ by ~1e-6. Weights change every optimizer step, so each generate
+    call packs afresh (~0.4 s at 135M parameters, against ~20 s of decoding)."""
 
-    Two backends (`packing_backend`): MKL's packed sgemm is packed for a number of rows and uses
-    the packing only for exactly that many (other counts run F.linear's sgemm on the original
-    weight: the same numbers), so the engine packs for the rows it decodes and again when rows
-    leave the batch; oneDNN's blocked layout serves any number of rows (packed for 32: hints from
-    1 to 512 all decoded 32 or 8 rows alike, measured)."""
-
-    def __init__(self, linear: torch.nn.Linear, rows: int, backend: str):
-        self.weight = linear.weight.detach()
+    def __init__(self, linear: torch.nn.Linear):
+        # The batch-size hint oneDNN packs for: 1 to 512 all decode 32 or 8 rows alike (measured).
+        self.weight = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), 32)
         self.bias = linear.bias.detach() if linear.bias is not None else None
-        self.rows, self.backend = rows, backend
-        if backend == "mkl":
-            self.packed = torch.ops.mkl._mkl_reorder_linear_weight(self.weight, rows)
-        else:  # the row-count hint oneDNN was measured with (any count decodes alike)
-            self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight, ONEDNN_ROWS_HINT)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.backend == "mkl":
-            return torch.ops.mkl._mkl_linear(x, self.packed, self.weight, self.bias, self.rows)
-        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+        return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
 
 
-ONEDNN_ROWS_HINT = 32
-# Below this hidden size the per-call cost of a packed primitive outweighs what packing saves
+# Below this hidden size the per-call cost of a oneDNN primitive outweighs what packing saves
 # (bench/engines.py --packed on the 192-wide lab model).
 PACKED_MIN_HIDDEN = 512
-# MKL's packing serves one row count: after rows leave the batch the engine packs again only when
-# this many decoding steps may still follow (a repack of 135M parameters costs ~2.5 steps of 32
-# rows and saves ~30% of each later step's matmuls; the rest of a shorter tail runs unpacked).
-REPACK_MIN_STEPS = 16
 _packing = True
 
 
@@ -175,8 +140,9 @@ def set_weight_packing(enabled: bool) -> None:
 def packing_unsupported(model: PreTrainedModel) -> str | None:
     """Why the static engine cannot decode `model` with `PackedLinear` weights, or None."""
     base = base_model(model)
-    if packing_backend() is None:
-        return "this torch build has neither MKL's packed sgemm nor oneDNN's linear"
+    if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+            and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")):
+        return "this torch build has no oneDNN linear"
     weight = base.get_output_embeddings().weight
     if weight.device.type != "cpu" or torch.is_autocast_enabled("cpu"):
         return "packing is for fp32 decoding on CPU"
@@ -197,12 +163,9 @@ def packing_unsupported(model: PreTrainedModel) -> str | None:
 class StaticCacheEngine:
     """Llama-family models layer by layer, with keys and values in preallocated buffers."""
 
-    def __init__(self, model: PreTrainedModel, max_new_tokens: int, packed: bool | None = None, backend: str | None = None):
+    def __init__(self, model: PreTrainedModel, max_new_tokens: int, packed: bool | None = None):
         """`packed`: decode with `PackedLinear` copies of the weights (None: when the model allows
-        it and is at least PACKED_MIN_HIDDEN wide; True: insist, and say why not). `backend`:
-        'mkl' or 'onednn' instead of this CPU's choice (`packing_backend`)."""
-        if backend not in (None, "mkl", "onednn"):
-            raise ValueError(f"backend must be 'mkl' or 'onednn', got {backend!r}")
+        it and is at least PACKED_MIN_HIDDEN wide; True: insist, and say why not)."""
         self.base = base_model(model)
         self.inner = self.base.model
         reason = packing_unsupported(model)
@@ -210,14 +173,8 @@ class StaticCacheEngine:
             raise ValueError(f"packed decoding is not possible for this model: {reason}")
         if packed is None:
             packed = _packing and reason is None and self.base.config.hidden_size >= PACKED_MIN_HIDDEN
-        # Packed at the first decoding step, for its rows (the prefill's many rows run F.linear,
-        # which is at its best there): module -> PackedLinear, and the backend that packs them.
-        self.packing = (backend or packing_backend()) if packed else None
-        if backend is not None and packed and not backend_available(backend):
-            raise ValueError(f"packed decoding by {backend} is not possible: this torch build lacks its ops")
-        self.linears: dict[torch.nn.Module, PackedLinear] | None = None
+        self.linears = self._pack() if packed else None
         self.max_new_tokens = max_new_tokens
-        self.prompt_length = 0
         attn = self.inner.layers[0].self_attn
         # The modelling module's own rotary application (the Llama form, shared by all four types).
         self.apply_rotary = sys.modules[type(attn).__module__].apply_rotary_pos_emb
@@ -227,24 +184,15 @@ class StaticCacheEngine:
         self.filled = 0  # columns written so far
         self.fp32_head = fp32_output_head(model)  # decided once per generate call (autocast does not change inside it)
 
-    def _pack(self, rows: int) -> None:
-        """Pack every projection and the output layer for decoding `rows` rows: the first step,
-        and with MKL's backend again when rows have left the batch and enough steps may follow."""
-        if self.linears is not None:
-            if self.packing != "mkl" or next(iter(self.linears.values())).rows == rows:
-                return
-            # generate makes max_new_tokens - 1 step calls; this is one of those left
-            if self.max_new_tokens - 1 - (self.filled - self.prompt_length) < REPACK_MIN_STEPS:
-                return
-        self.linears = None  # the old packing's memory goes before the new one's is taken
+    def _pack(self) -> dict[torch.nn.Module, PackedLinear]:
         linears = {}
         for layer in self.inner.layers:
             attn, mlp = layer.self_attn, layer.mlp
             for linear in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj):
-                linears[linear] = PackedLinear(linear, rows, self.packing)
+                linears[linear] = PackedLinear(linear)
         head = self.base.get_output_embeddings()
-        linears[head] = PackedLinear(head, rows, self.packing)
-        self.linears = linears
+        linears[head] = PackedLinear(head)
+        return linears
 
     def _linear(self, module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
         return self.linears[module](x) if self.linears is not None else module(x)
@@ -266,8 +214,7 @@ class StaticCacheEngine:
         eye_PP = torch.eye(P, dtype=torch.bool, device=prompt_ids_NP.device)
         mask_N1PP = (causal_PP & self.valid_AK[:, None, None, :P]) | eye_PP
         positions_NP = (prompt_mask_NP.cumsum(dim=1) - 1).clamp(min=0)
-        self.keys, self.values, self.filled, self.prompt_length = [], [], 0, P
-        self.linears = None  # packed at the first step, from the weights as they are now
+        self.keys, self.values, self.filled = [], [], 0
         logits_NV = self._forward(prompt_ids_NP, positions_NP, mask_N1PP, allocate=K)
         G = group_size
         if G > 1:  # the prompt's KV, computed once, shared by its G samples
@@ -278,8 +225,6 @@ class StaticCacheEngine:
 
     def step(self, tokens_A: torch.Tensor, positions_A: torch.Tensor) -> torch.Tensor:
         n = self.filled
-        if self.packing is not None:
-            self._pack(len(tokens_A))
         self.valid_AK[:, n] = True
         return self._forward(tokens_A.unsqueeze(1), positions_A.unsqueeze(1), self.valid_AK[:, None, None, : n + 1])
 
