@@ -218,6 +218,16 @@ def test_learning_rate_schedules_and_weight_decay_groups():
     assert len(adamw(model, 1e-3, (0.9, 0.99), 1e-8, 0.0).param_groups) == 1
 
 
+def take_steps(steps: int, *pairs) -> None:
+    """`steps` optimizer steps of each (network, optimizer) pair on the same input and loss."""
+    x = torch.randn(16, 5)
+    for _ in range(steps):
+        for net, opt in pairs:
+            opt.zero_grad(set_to_none=True)
+            net(x).pow(2).sum().backward()
+            opt.step()
+
+
 @pytest.mark.parametrize("weight_decay,amsgrad", [(0.0, False), (0.1, False), (0.1, True)])
 def test_adam_state_allocated_up_front_steps_exactly_as_the_lazy_one(weight_decay, amsgrad):
     """rlvr's AdamW holds its moments before the first step (so they sit below the activations in
@@ -241,12 +251,7 @@ def test_adam_state_allocated_up_front_steps_exactly_as_the_lazy_one(weight_deca
     groups = [{"params": [q for q, p in zip(twin.parameters(), model.parameters()) if id(p) in {id(x) for x in g["params"]}],
                "weight_decay": g["weight_decay"]} for g in eager.param_groups]
     lazy = torch.optim.AdamW(groups, lr=1e-2, betas=(0.9, 0.99), eps=1e-8, amsgrad=amsgrad, fused=eager.defaults["fused"])
-    x = torch.randn(16, 5)
-    for _ in range(3):
-        for net, opt in ((model, eager), (twin, lazy)):
-            opt.zero_grad(set_to_none=True)
-            net(x).pow(2).sum().backward()
-            opt.step()
+    take_steps(3, (model, eager), (twin, lazy))
     assert all(torch.equal(a, b) for a, b in zip(model.parameters(), twin.parameters()))
     restored = adamw(copy.deepcopy(twin), 1e-2, (0.9, 0.99), 1e-8, weight_decay)
     restored.load_state_dict(lazy.state_dict())  # a checkpoint's state replaces the zeros
@@ -266,12 +271,7 @@ def test_adamw_is_fused_where_torch_can_and_steps_as_the_unfused_one():
     plain = torch.optim.AdamW([{"params": [q for q in twin.parameters() if q.ndim >= 2], "weight_decay": 0.1},
                                {"params": [q for q in twin.parameters() if q.ndim < 2], "weight_decay": 0.0}],
                               lr=1e-2, betas=(0.9, 0.99), eps=1e-8)
-    x = torch.randn(16, 5)
-    for _ in range(5):
-        for net, opt in ((model, fused), (twin, plain)):
-            opt.zero_grad(set_to_none=True)
-            net(x).pow(2).sum().backward()
-            opt.step()
+    take_steps(5, (model, fused), (twin, plain))
     for a, b in zip(model.parameters(), twin.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
     assert not torch.allclose(model[0].weight, before[0].weight, atol=1e-3)  # five steps of lr 1e-2 did move them
