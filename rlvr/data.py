@@ -116,17 +116,18 @@ def solution_targets(examples: list[Example], batch_size: int, seed: int) -> Ite
 
 
 def _field(record: dict[str, Any], name: str, required: bool, structured: bool = False) -> str | None:
-    """The field as text. With `structured` a JSON object is accepted too and becomes its JSON text
-    (python_code's gold tests may be written as an object in the data file)."""
+    """The field as text. With `structured` a JSON object or array is accepted too and becomes its
+    JSON text (python_code's gold tests may be written as an object in the data file, and MBPP ships
+    its asserts as a list, `test_list`)."""
     if name not in record or record[name] is None:
         if required:
             raise _BadRow(f"missing field {name!r}", f"missing field {name!r} (fields present: {sorted(record)})")
         return None
     value = record[name]
-    if structured and isinstance(value, dict):
+    if structured and isinstance(value, (dict, list)):
         return json.dumps(value, ensure_ascii=False)
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        kinds = "a string, number or JSON object" if structured else "a string or number"
+        kinds = "a string, number, JSON object or array" if structured else "a string or number"
         raise _BadRow(f"wrong type of field {name!r}", f"field {name!r} must be {kinds}, got {type(value).__name__}")
     text = str(value)
     if required and not text.strip():

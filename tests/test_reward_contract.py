@@ -261,8 +261,10 @@ def test_per_item_verifiers_see_the_rows_fields_but_never_their_settings(user, w
 
 
 def test_python_codes_sandbox_setting_cannot_come_from_the_data():
+    # python_code takes the row's fields (**fields: it reads entry_point, test_setup_code, ...) but
+    # its settings have defaults, so none of them is ever filled from a row
     reward = resolve_reward("python_code")
-    assert reward.item_kwargs({"sandbox": "none", "limits": None, "all_or_nothing": True, "language": "py"}) == {}
+    assert reward.item_kwargs({"sandbox": "none", "limits": None, "all_or_nothing": True, "entry_point": "f"}) == {"entry_point": "f"}
 
 
 def test_python_code_gold_tests_as_a_json_object_in_the_data_file(tmp_path):

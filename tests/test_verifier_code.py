@@ -152,7 +152,8 @@ def test_io_comparison_is_line_by_line() -> None:
     assert python_code(fenced("print('1  \\n2\\n3')\nprint()"), tests) == 1.0  # trailing space, blank tail
     assert python_code(fenced("print(1)"), tests) == 0.0  # only the first expected line
     assert python_code(fenced("print('1\\n2\\n3\\n4')"), tests) == 0.0  # an extra line
-    assert python_code(fenced("print(' 1\\n2\\n3')"), tests) == 0.0  # leading space matters
+    assert python_code(fenced("print(' 1\\n2\\n3')"), tests) == 1.0  # each line stripped, as LiveCodeBench and APPS judge
+    assert python_code(fenced("print('1\\n\\n2\\n3')"), tests) == 0.0  # a blank line inside counts
     assert python_code(fenced("print('1\\n2\\n3')\nraise SystemExit(3)"), tests) == 0.0  # non-zero exit
 
 
@@ -456,15 +457,17 @@ import struct  # noqa: E402
 import sys  # noqa: E402
 
 from rlvr.verifiers import sandbox as sandbox_module  # noqa: E402
-from rlvr.verifiers.seccomp import CLONE_NEW_FLAGS, DENIED, SYSCALLS, UnsupportedArchitecture, build_filter, host_arch  # noqa: E402
+from rlvr.verifiers.seccomp import (  # noqa: E402
+    ALLOWED, ARGUMENT_CHECKED, CLONE_NEW_FLAGS, FCNTL_COMMANDS, REFUSED, SYSCALLS, UnsupportedArchitecture, build_filter, host_arch,
+)
 
 ARCH = host_arch()
 NR = {name: nrs[0 if ARCH == "x86_64" else 1] for name, nrs in SYSCALLS.items()}
 
 
-def run_bpf(program: bytes, nr: int, arch: int, arg0: int = 0) -> int:
+def run_bpf(program: bytes, nr: int, arch: int, arg0: int = 0, arg1: int = 0) -> int:
     """The seccomp action of a classic BPF filter for one call (the opcodes it uses)."""
-    data = struct.pack("<iIQ6Q", nr, arch, 0, arg0, 0, 0, 0, 0, 0)
+    data = struct.pack("<IIQ6Q", nr & 0xFFFFFFFF, arch, 0, arg0, arg1, 0, 0, 0, 0)
     insns = [struct.unpack_from("<HBBI", program, i) for i in range(0, len(program), 8)]
     pc, acc = 0, 0
     while True:
@@ -473,6 +476,8 @@ def run_bpf(program: bytes, nr: int, arch: int, arg0: int = 0) -> int:
             acc = struct.unpack_from("<I", data, k)[0]
         elif code == 0x06:  # ret k
             return k
+        elif code == 0x05:  # ja k
+            pc += k
         elif code in (0x15, 0x35, 0x45):  # jeq, jge, jset
             hit = acc == k if code == 0x15 else acc >= k if code == 0x35 else bool(acc & k)
             pc += jt if hit else jf
@@ -482,14 +487,27 @@ def run_bpf(program: bytes, nr: int, arch: int, arg0: int = 0) -> int:
 
 
 EPERM_ACTION, ENOSYS_ACTION, ALLOW, KILL = 0x50000 | errno.EPERM, 0x50000 | errno.ENOSYS, 0x7FFF0000, 0x80000000
+ALLOWED_NAMES = {name for names in ALLOWED.values() for name in names}
+REFUSED_NAMES = {name for names in REFUSED.values() for name in names}
 
 
 @pytest.mark.parametrize(("arch", "audit_arch", "column"), [("x86_64", 0xC000003E, 0), ("aarch64", 0xC00000B7, 1)])
 def test_seccomp_filter_decides_each_call(arch: str, audit_arch: int, column: int) -> None:
+    # Every number of the table, every number past it, and the argument-checked calls.
     program = build_filter(arch).program
-    for name in DENIED:
-        if SYSCALLS[name][column] is not None:
-            assert run_bpf(program, SYSCALLS[name][column], audit_arch) == EPERM_ACTION, name
+    known = {}
+    for name, nrs in SYSCALLS.items():
+        nr = nrs[column]
+        if nr is None:
+            continue
+        known[nr] = name
+        if name in ALLOWED_NAMES:
+            assert run_bpf(program, nr, audit_arch) == ALLOW, name
+        elif name in REFUSED_NAMES:
+            assert run_bpf(program, nr, audit_arch) == EPERM_ACTION, name
+    for nr in range(0, 1100):  # numbers the table does not know (newer calls): ENOSYS, so libc falls back
+        if nr not in known:
+            assert run_bpf(program, nr, audit_arch) == ENOSYS_ACTION, nr
     clone = SYSCALLS["clone"][column]
     assert run_bpf(program, clone, audit_arch, arg0=0x10000000 | 17) == EPERM_ACTION  # CLONE_NEWUSER
     for bit in range(32):
@@ -498,47 +516,115 @@ def test_seccomp_filter_decides_each_call(arch: str, audit_arch: int, column: in
     assert run_bpf(program, clone, audit_arch, arg0=0x01200011) == ALLOW  # fork: CHILD_SETTID|CLEARTID|SIGCHLD
     assert run_bpf(program, clone, audit_arch, arg0=0x003D0F00) == ALLOW  # a pthread
     assert run_bpf(program, SYSCALLS["clone3"][column], audit_arch) == ENOSYS_ACTION
-    socket = SYSCALLS["socket"][column]
-    assert run_bpf(program, socket, audit_arch, arg0=1) == ALLOW  # AF_UNIX
-    for domain in (2, 10, 16, 17):  # AF_INET, AF_INET6, AF_NETLINK, AF_PACKET
-        assert run_bpf(program, socket, audit_arch, arg0=domain) == EPERM_ACTION
-    for allowed in (0, 1, 39, 57, 59, 172, 221, 260, 400):  # read, write, getpid, fork, execve...
-        if allowed not in {nr[column] for nr in SYSCALLS.values()}:
-            assert run_bpf(program, allowed, audit_arch) == ALLOW
+    fcntl_nr = SYSCALLS["fcntl"][column]
+    for command in range(0, 1100):
+        expected = ALLOW if command in FCNTL_COMMANDS.values() else EPERM_ACTION
+        assert run_bpf(program, fcntl_nr, audit_arch, arg1=command) == expected, command
     assert run_bpf(program, 39, 0x40000003) == KILL  # i386 (int 0x80) calls
+    assert run_bpf(program, 0xFFFFFFFF, 0x40000003) == KILL
     if arch == "x86_64":
-        assert run_bpf(program, 0x40000000 | 39, audit_arch) == KILL  # x32 calls
+        for nr in (0, 39, 0x1FF, 0xFFFFFFFF):
+            assert run_bpf(program, 0x40000000 | nr, audit_arch) == KILL  # x32 calls
 
 
-def test_a_program_gets_unix_sockets_but_no_internet_socket() -> None:
-    program = fenced("""
-        import socket
-        def inet():
-            try:
-                socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            except PermissionError:
-                return "refused"
-            return "made"
-        def unix():
-            a, b = socket.socketpair()
-            a.sendall(b"hi")
-            return b.recv(2).decode()
-    """)
-    report = run_python_tests(program, {"asserts": ["assert inet() == 'refused'", "assert unix() == 'hi'"]})
-    assert report.score == 1.0, report.results
+def test_the_lists_cover_the_whole_syscall_table_once() -> None:
+    # The class fix: every call is allowed or refused by a named rule, none by omission.
+    named = [n for names in ALLOWED.values() for n in names] + [n for names in REFUSED.values() for n in names]
+    named += list(ARGUMENT_CHECKED)
+    assert len(named) == len(set(named)), sorted(n for n in set(named) if named.count(n) > 1)
+    assert set(named) == set(SYSCALLS)
 
 
-def test_seccomp_numbers_match_libseccomp() -> None:
+def libseccomp_names(audit_arch: int) -> dict[str, int]:
     try:
         lib = ctypes.CDLL("libseccomp.so.2")
     except OSError:
         pytest.skip("libseccomp is not installed")
-    resolve = lib.seccomp_syscall_resolve_name_arch
-    resolve.argtypes, resolve.restype = [ctypes.c_uint32, ctypes.c_char_p], ctypes.c_int
+    resolve = lib.seccomp_syscall_resolve_num_arch
+    resolve.argtypes, resolve.restype = [ctypes.c_uint32, ctypes.c_int], ctypes.c_void_p
+    out = {}
+    for nr in range(1100):
+        name = resolve(audit_arch, nr)
+        if name:
+            out[ctypes.string_at(name).decode()] = nr
+    return out
+
+
+def test_seccomp_numbers_match_libseccomp() -> None:
+    # Both directions: our numbers are libseccomp's, and every call libseccomp knows is in our table.
     for column, audit_arch in ((0, 0xC000003E), (1, 0xC00000B7)):
+        theirs = libseccomp_names(audit_arch)
+        for name, nr in theirs.items():
+            assert SYSCALLS.get(name, (None, None))[column] == nr, (name, column)
         for name, nrs in SYSCALLS.items():
-            expected = resolve(audit_arch, name.encode())
-            assert nrs[column] == (expected if expected >= 0 else None), (name, column)
+            if name in theirs or nrs[column] is None:
+                continue
+            assert nrs[column] > max(theirs.values()) or name == "uretprobe", (name, column)  # newer than the library
+
+
+# Docker's default seccomp profile (moby/moby profiles/seccomp/default.json): the calls it allows to a
+# container without added capabilities, on x86_64 and aarch64 (clone without CLONE_NEW*, socket but AF_VSOCK,
+# personality with a few values, arch_prctl/modify_ldt on amd64, ptrace/process_vm_* from kernel 4.8).
+DOCKER_DEFAULT_ALLOWS = set("""
+accept accept4 access adjtimex alarm bind brk capget capset chdir chmod chown clock_adjtime clock_getres clock_gettime
+clock_nanosleep close close_range connect copy_file_range creat dup dup2 dup3 epoll_create epoll_create1 epoll_ctl
+epoll_ctl_old epoll_pwait epoll_pwait2 epoll_wait epoll_wait_old eventfd eventfd2 execve execveat exit exit_group
+faccessat faccessat2 fadvise64 fallocate fanotify_mark fchdir fchmod fchmodat fchown fchownat fcntl fdatasync fgetxattr
+flistxattr flock fork fremovexattr fsetxattr fstat fstatfs fsync ftruncate futex futex_waitv futimesat getcpu getcwd
+getdents getdents64 getegid geteuid getgid getgroups getitimer getpeername getpgid getpgrp getpid getppid getpriority
+getrandom getresgid getresuid getrlimit get_robust_list getrusage getsid getsockname getsockopt get_thread_area gettid
+gettimeofday getuid getxattr inotify_add_watch inotify_init inotify_init1 inotify_rm_watch io_cancel ioctl io_destroy
+io_getevents io_pgetevents ioprio_get ioprio_set io_setup io_submit io_uring_enter io_uring_register io_uring_setup kill
+landlock_add_rule landlock_create_ruleset landlock_restrict_self lchown lgetxattr link linkat listen listxattr llistxattr
+lremovexattr lseek lsetxattr lstat madvise membarrier memfd_create memfd_secret mincore mkdir mkdirat mknod mknodat mlock
+mlock2 mlockall mmap mprotect mq_getsetattr mq_notify mq_open mq_timedreceive mq_timedsend mq_unlink mremap msgctl msgget
+msgrcv msgsnd msync munlock munlockall munmap name_to_handle_at nanosleep newfstatat open openat openat2 pause pidfd_open
+pidfd_send_signal pipe pipe2 pkey_alloc pkey_free pkey_mprotect poll ppoll prctl pread64 preadv preadv2 prlimit64
+process_mrelease pselect6 pwrite64 pwritev pwritev2 read readahead readlink readlinkat readv recvfrom recvmmsg recvmsg
+remap_file_pages removexattr rename renameat renameat2 restart_syscall rmdir rseq rt_sigaction rt_sigpending
+rt_sigprocmask rt_sigqueueinfo rt_sigreturn rt_sigsuspend rt_sigtimedwait rt_tgsigqueueinfo sched_getaffinity
+sched_getattr sched_getparam sched_get_priority_max sched_get_priority_min sched_getscheduler sched_rr_get_interval
+sched_setaffinity sched_setattr sched_setparam sched_setscheduler sched_yield seccomp select semctl semget semop
+semtimedop sendfile sendmmsg sendmsg sendto setfsgid setfsuid setgid setgroups setitimer setpgid setpriority setregid
+setresgid setresuid setreuid setrlimit set_robust_list setsid setsockopt set_thread_area set_tid_address setuid setxattr
+shmat shmctl shmdt shmget shutdown sigaltstack signalfd signalfd4 socketpair splice stat statfs statx symlink symlinkat
+sync sync_file_range syncfs sysinfo tee tgkill time timer_create timer_delete timer_getoverrun timer_gettime
+timer_settime timerfd_create timerfd_gettime timerfd_settime times tkill truncate umask uname unlink unlinkat utime
+utimensat utimes vfork vmsplice wait4 waitid write writev
+process_vm_readv process_vm_writev ptrace socket personality arch_prctl modify_ldt clone
+""".split())
+
+
+def test_every_difference_from_dockers_default_profile_is_documented() -> None:
+    ours = ALLOWED_NAMES | {"clone", "fcntl"}
+    assert DOCKER_DEFAULT_ALLOWS <= set(SYSCALLS)
+    assert ours - DOCKER_DEFAULT_ALLOWS == {"fchmodat2"}  # fchmodat with flags (6.6), newer than the profile's list
+    docs = (Path(__file__).parents[1] / "docs" / "verifiers.md").read_text()
+    section = docs[docs.index("<!-- seccomp-vs-docker -->") : docs.index("<!-- /seccomp-vs-docker -->")]
+    for name in sorted(DOCKER_DEFAULT_ALLOWS - ours) + ["fchmodat2"]:
+        assert f"`{name}`" in section, f"docs/verifiers.md does not say why {name} differs from Docker's profile"
+    assert DOCKER_DEFAULT_ALLOWS - ours <= REFUSED_NAMES
+
+
+def test_a_program_gets_no_socket_of_any_kind() -> None:
+    program = fenced("""
+        import socket
+        def made():
+            out = {}
+            for name, make in [("inet", lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM)),
+                               ("unix", lambda: socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)),
+                               ("unix_dgram", lambda: socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)),
+                               ("pair", socket.socketpair)]:
+                try:
+                    make()
+                    out[name] = "made"
+                except PermissionError:
+                    out[name] = "refused"
+            return out
+    """)
+    expected = {"inet": "refused", "unix": "refused", "unix_dgram": "refused", "pair": "refused"}
+    report = run_python_tests(program, {"asserts": [f"assert made() == {expected!r}"]})
+    assert report.score == 1.0, report.results
 
 
 def test_unknown_architecture_refuses_to_run(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -609,7 +695,29 @@ CALLS = {
     'ptrace': lambda: call(PTRACE, 16, os.getppid(), 0, 0),  # PTRACE_ATTACH
     'userfaultfd': lambda: call(USERFAULTFD, 0),
     'io_uring_setup': lambda: call(IO_URING_SETUP, 1, ctypes.create_string_buffer(120)),
+    # issue 33: kernel memory and budgets no limit of the job counts
+    'io_setup': lambda: call(IO_SETUP, 1, ctypes.byref(ctypes.c_ulong(0))),  # legacy AIO: fs.aio-max-nr is host-wide
+    'epoll_create1': lambda: call(EPOLL_CREATE1, 0),
+    'timer_create': lambda: call(TIMER_CREATE, 1, None, ctypes.byref(ctypes.c_int(0))),  # CLOCK_MONOTONIC
+    'mlock': lambda: call(MLOCK, ctypes.create_string_buffer(4096), 4096),
+    'socket': lambda: call(SOCKET, 1, 1, 0),  # AF_UNIX, SOCK_STREAM
+    'socketpair': lambda: call(SOCKETPAIR, 1, 1, 0, ctypes.byref((ctypes.c_int * 2)())),
+    'fanotify_init': lambda: call(FANOTIFY_INIT, 0, 0),
+    'mq_open': lambda: call(MQ_OPEN, b'/rlvr', 0o100, 0o600, None),
+    'seccomp': lambda: call(SECCOMP, 0, 0, None),  # SECCOMP_SET_MODE_STRICT
+    'fcntl_setpipe_sz': lambda: fcntl_on_pipe(1031, 1 << 20),  # F_SETPIPE_SZ: a 1 MiB pipe buffer
+    'fcntl_setlk': lambda: fcntl_on_pipe(6, ctypes.create_string_buffer(32)),  # F_SETLK: a range lock
+    'fcntl_ofd_setlk': lambda: fcntl_on_pipe(37, ctypes.create_string_buffer(32)),  # F_OFD_SETLK
+    'fcntl_setlease': lambda: fcntl_on_pipe(1024, 0),  # F_SETLEASE
+    'fcntl_notify': lambda: fcntl_on_pipe(1026, 0),  # F_NOTIFY (dnotify)
 }
+
+def fcntl_on_pipe(command, arg):
+    r, w = os.pipe()
+    try:
+        return call(FCNTL, r, command, arg)
+    finally:
+        os.close(r); os.close(w)
 
 def refused(names=tuple(CALLS)):
     out = {name: CALLS[name]() for name in names}
@@ -617,18 +725,22 @@ def refused(names=tuple(CALLS)):
                            if line.startswith(('Seccomp:', 'NoNewPrivs:')))
     return out
 """
-REFUSED = ["add_key", "keyctl", "request_key", "unshare", "setns", "clone", "clone3", "shmget", "msgget",
-           "semget", "memfd_create", "inotify_init1", "mount", "ptrace", "userfaultfd", "io_uring_setup"]
-HARMLESS = ["keyctl", "clone", "clone3", "setsid", "memfd_create", "inotify_init1", "unshare"]  # no trace left; unshare last
+REFUSED_IN_JAIL = ["add_key", "keyctl", "request_key", "unshare", "setns", "clone", "clone3", "shmget", "msgget",
+                   "semget", "memfd_create", "inotify_init1", "mount", "ptrace", "userfaultfd", "io_uring_setup",
+                   "io_setup", "epoll_create1", "timer_create", "mlock", "socket", "socketpair", "fanotify_init",
+                   "mq_open", "seccomp", "fcntl"]
+FCNTL_REFUSED = ["fcntl_setpipe_sz", "fcntl_setlk", "fcntl_ofd_setlk", "fcntl_setlease", "fcntl_notify"]
+HARMLESS = ["keyctl", "clone", "clone3", "setsid", "memfd_create", "inotify_init1", "io_setup", "epoll_create1", "timer_create",
+            "mlock", "socket", "socketpair", "fcntl_setpipe_sz", "unshare"]  # no trace left once the child exits; unshare last
 
 
 def test_refused_system_calls_fail_inside_and_work_outside() -> None:
     # Keyrings, namespaces, sessions, SysV IPC, memfd...: EPERM (clone3: ENOSYS, so libc
     # falls back to clone) under the filter. Outside it, the calls that leave nothing
     # behind succeed, so the EPERMs come from the filter, not from missing privileges.
-    program = syscall_program(REFUSED_CALLS, **{n: NR[n] for n in REFUSED})
-    expected = {name: errno.EPERM for name in REFUSED} | {"clone3": errno.ENOSYS, "setsid": errno.EPERM,
-                                                           "status": ["NoNewPrivs:\t1", "Seccomp:\t2"]}
+    program = syscall_program(REFUSED_CALLS, **{n: NR[n] for n in REFUSED_IN_JAIL})
+    expected = {name: errno.EPERM for name in REFUSED_IN_JAIL + FCNTL_REFUSED if name != "fcntl"}
+    expected |= {"clone3": errno.ENOSYS, "setsid": errno.EPERM, "status": ["NoNewPrivs:\t1", "Seccomp:\t2"]}
     report = run_python_tests(program, {"asserts": [f"assert refused() == {expected!r}"]}, limits=FAST)
     assert report.score == 1.0, report
     namespace: dict = {}
@@ -1000,3 +1112,197 @@ def test_results_cannot_be_forged_through_other_processes_descriptors() -> None:
     )
     run = sandbox_module.run_job({"mode": "io", "program": program, "inputs": [""]}, FAST)
     assert [(line["id"], line["exit"]) for line in run.lines] == [(0, 1)], run
+
+
+# ------------------------------ kernel memory and host budgets (issue 33)
+# Each worked before: empty files in /tmp took ~750 MiB of unreclaimable slab (the tmpfs was capped
+# in bytes only), filled unix-socket buffers ~1 GiB beyond the job's memory, io_setup the host's
+# whole AIO budget, and the first job of a process walked /usr on its own clock.
+
+HONEST_STDLIB = fenced(
+    """
+    import bisect, collections, concurrent.futures, datetime, decimal, fractions, functools, hashlib, heapq, io, itertools
+    import json, math, mmap, os, pathlib, pickle, queue, random, re, select, shutil, signal, statistics, subprocess, sys
+    import tempfile, threading, time, zlib, base64, array, struct, string, textwrap, copy, dataclasses, enum, typing
+
+    def work():
+        out = {}
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            out['threads'] = sum(pool.map(lambda x: x * x, range(10)))
+        q = queue.Queue(); t = threading.Thread(target=lambda: q.put(7)); t.start(); t.join(); out['queue'] = q.get()
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.write(w, b'x'); os._exit(3)
+        p = select.poll(); p.register(r, select.POLLIN)
+        out['poll'] = len(p.poll(2000)); out['select'] = len(select.select([r], [], [], 2)[0])
+        out['read'] = os.read(r, 1); out['status'] = os.waitpid(pid, 0)[1] >> 8
+        os.set_blocking(r, False); out['blocking'] = os.get_blocking(r); os.close(r); os.close(w)
+        fired = []
+        signal.signal(signal.SIGALRM, lambda *a: fired.append(1))
+        signal.setitimer(signal.ITIMER_REAL, 0.01); time.sleep(0.2); out['alarm'] = fired
+        m = mmap.mmap(-1, 1 << 20); m[:3] = b'abc'; out['mmap'] = m[:3]; m.close()
+        with tempfile.NamedTemporaryFile() as f:
+            f.write(b'hello'); f.flush()
+            with mmap.mmap(f.fileno(), 0) as fm:
+                out['file_mmap'] = fm[:5]
+        out['python'] = subprocess.run([sys.executable, '-c', 'print(6 * 7)'], capture_output=True, text=True, timeout=10).stdout
+        cat = subprocess.Popen(['/bin/cat'], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        out['communicate'] = cat.communicate(b'meow', timeout=5)[0]
+        d = tempfile.mkdtemp()
+        pathlib.Path(d, 'a.txt').write_text('x'); shutil.copy2(os.path.join(d, 'a.txt'), os.path.join(d, 'b.txt'))
+        os.mkfifo(os.path.join(d, 'fifo')); out['files'] = sorted(os.listdir(d)); shutil.rmtree(d)
+        out['misc'] = [json.dumps({'a': 1}), re.sub('a', 'b', 'aa'), statistics.mean([1, 2, 3]), str(fractions.Fraction(1, 3) + 1),
+                       str(decimal.Decimal('1.1') + 1), hashlib.sha256(b'').hexdigest()[:8], zlib.crc32(b'a'),
+                       base64.b64encode(b'a').decode(), pickle.loads(pickle.dumps([1])), datetime.date(2020, 1, 1).isoformat(),
+                       heapq.nsmallest(2, [3, 1, 2]), bisect.bisect([1, 2, 3], 2), random.Random(1).randint(1, 9),
+                       len(os.urandom(8)), os.cpu_count() > 0, math.comb(5, 2)]
+        sys.setrecursionlimit(10000)
+        depth = lambda n: 0 if n == 0 else 1 + depth(n - 1)
+        out['recursion'] = depth(3000)
+        return out
+    """
+)
+HONEST_EXPECTED = {
+    "threads": 285, "queue": 7, "poll": 1, "select": 1, "read": b"x", "status": 3, "blocking": False, "alarm": [1],
+    "mmap": b"abc", "file_mmap": b"hello", "python": "42\n", "communicate": b"meow", "files": ["a.txt", "b.txt", "fifo"],
+    "misc": ['{"a": 1}', "bb", 2, "4/3", "2.1", "e3b0c442", 3904355907, "YQ==", [1], "2020-01-01", [1, 2], 2, 3, 8, True, 10],
+    "recursion": 3000,
+}
+
+
+def test_honest_programs_using_the_standard_library_keep_working() -> None:
+    # Under the allow list: threads, fork, pipes, poll/select, signals and timers, mmap, subprocess
+    # (a Python child too), tempfile, shutil, FIFOs and the common modules.
+    report = run_python_tests(HONEST_STDLIB, {"asserts": [f"assert work() == {HONEST_EXPECTED!r}"]},
+                              limits=Limits(test_s=10.0, total_s=30.0))
+    assert report.score == 1.0, report.results
+
+
+def test_asyncio_is_the_standard_library_use_lost_with_sockets() -> None:
+    # The decision, pinned: asyncio's event loop makes a socketpair (its self-pipe), which is refused.
+    program = fenced("""
+        import asyncio
+        async def two():
+            return 2
+        def run():
+            try:
+                return asyncio.run(two())
+            except PermissionError:
+                return 'refused'
+    """)
+    assert run_python_tests(program, {"asserts": ["assert run() == 'refused'"]}).score == 1.0
+
+
+FILL_TMP = """
+import os, shutil
+
+def fill(make, limit=100_000):
+    n = 0
+    try:
+        while n < limit:
+            make(n)
+            n += 1
+    except OSError:
+        pass
+    for name in os.listdir('/tmp'):
+        path = '/tmp/' + name
+        (shutil.rmtree if os.path.isdir(path) and not os.path.islink(path) else os.unlink)(path)
+    return n
+
+def slab_kib():
+    return int(open('/proc/meminfo').read().split('SUnreclaim:')[1].split()[0])
+
+def kinds():
+    open('/tmp/base', 'w').close()
+    out = {'file': fill(lambda n: open('/tmp/f%d' % n, 'w').close()), 'dir': fill(lambda n: os.mkdir('/tmp/d%d' % n)),
+           'symlink': fill(lambda n: os.symlink('x', '/tmp/s%d' % n)), 'fifo': fill(lambda n: os.mkfifo('/tmp/p%d' % n))}
+    open('/tmp/base', 'w').close()
+    out['hardlink'] = fill(lambda n: os.link('/tmp/base', '/tmp/h%d' % n))
+    return out
+
+_measured = []
+
+def files_and_slab_growth():
+    if _measured:  # once per process: the second assert reads the first one's numbers
+        return _measured[0]
+    before = slab_kib()
+    n = 0
+    try:
+        while n < 100_000:
+            open('/tmp/f%d' % n, 'w').close()
+            n += 1
+    except OSError:
+        pass
+    _measured.append((n, slab_kib() - before))
+    return _measured[0]
+"""
+
+
+def test_tmp_is_capped_in_inodes_for_every_kind_of_entry() -> None:
+    # Files, directories, symlinks, FIFOs and hard links each take an inode of the tmpfs.
+    limits = Limits(tmp_files=600, test_s=10.0)
+    report = run_python_tests(fenced(FILL_TMP), {"asserts": ["assert max(kinds().values()) < 600"]}, limits=limits)
+    assert report.score == 1.0, report.results
+
+
+def test_empty_files_cannot_grow_kernel_slab() -> None:
+    # Without the cap: 100,000 files here (the loop's bound; ~3 million and ~750 MiB of slab unbounded).
+    report = run_python_tests(fenced(FILL_TMP), {"asserts": ["assert files_and_slab_growth()[0] < 4096",
+                                                             "assert files_and_slab_growth()[1] < 64 * 1024"]},
+                              limits=Limits(test_s=10.0))
+    assert [r.passed for r in report.results] == [True, True], report.results
+
+
+def test_the_package_walk_is_not_on_the_first_jobs_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A cold /usr took 24.8 s once: here a walk slowed to 3 s, with a 2 s job limit.
+    real = sandbox_module._package_dirs
+    calls = []
+
+    def slow_walk():
+        calls.append(1)
+        time.sleep(3.0)
+        return real()
+
+    monkeypatch.setattr(sandbox_module, "_package_dirs", slow_walk)
+    run = sandbox_module.run_job({"mode": "io", "program": "print(6 * 7)", "inputs": [""]}, Limits(total_s=2.0))
+    assert calls and run.status == "ok" and run.lines[0]["stdout"] == "42\n", run
+    assert run.wall_s < 2.0
+
+
+def test_warm_up_does_the_walk_and_builds_the_filter_ahead() -> None:
+    sandbox_module._package_dirs.cache_clear()
+    sandbox_module._host_filter.cache_clear()
+    sandbox_module.warm_up()
+    assert sandbox_module._package_dirs.cache_info().currsize == 1
+    assert sandbox_module._host_filter.cache_info().currsize == 1
+
+
+def test_the_runner_keeps_no_capability_it_needed_for_the_inode_cap() -> None:
+    # CAP_SYS_ADMIN (remount) and CAP_SETPCAP are gone from every set of every process in the jail
+    # (the runner's bounding set too: it held them for the remount).
+    program = textwrap.dedent("""
+        import os
+        for pid in sorted(p for p in os.listdir('/proc') if p.isdigit()):
+            try:
+                status = open('/proc/%s/status' % pid).read()
+            except OSError:
+                continue
+            caps = {l.split(':')[0]: int(l.split()[1], 16) for l in status.splitlines() if l.startswith('Cap')}
+            if 'Name:\tbwrap' in status:  # bwrap's own init (as root): no capability, a full bounding set as before
+                del caps['CapBnd']
+            print(pid, any(v & ((1 << 21) | (1 << 8)) for v in caps.values()))
+    """)
+    run = sandbox_module.run_job({"mode": "io", "program": program, "inputs": [""]}, FAST)
+    lines = run.lines[0]["stdout"].split()
+    assert len(lines) >= 4 and lines[1::2] == ["False"] * (len(lines) // 2), run
+
+
+def test_queued_signals_are_limited_to_a_few() -> None:
+    # Queued real-time signals are kernel memory charged to the uid: 64, not the default ~100,000.
+    program = fenced("""
+        import resource
+        def pending():
+            return resource.getrlimit(resource.RLIMIT_SIGPENDING)
+    """)
+    assert run_python_tests(program, {"asserts": ["assert pending() == (64, 64)"]}).score == 1.0

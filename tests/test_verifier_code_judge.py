@@ -209,15 +209,17 @@ def test_checks_in_setup_are_refused() -> None:
 
 
 def test_values_computed_with_other_setup_imports_are_refused() -> None:
-    # The program can patch `statistics.mean` before the setup imports it: an expected value
-    # computed with it would be the program's to choose. Passing such a value *into* the
-    # program is fine (an input).
-    with pytest.raises(ValueError, match="'statistics' is imported by the setup"):
-        parse_tests({"asserts": ["assert avg([1, 2, 3]) == statistics.mean([1, 2, 3])"], "setup": "import statistics"})
-    with pytest.raises(ValueError, match="'Fraction' is imported by the setup"):
-        parse_tests({"asserts": ["assert half(1) == Fraction(1, 2)"], "setup": "from fractions import Fraction"})
-    spec = parse_tests({"asserts": ["assert total(Fraction(1, 2)) == 0.5"], "setup": "from fractions import Fraction"})
-    assert spec.probes == ("total(Fraction(1, 2))",)
+    # The program can patch a module the judge does not provide before the setup imports it: an
+    # expected value computed with it would be the program's to choose. Passing such a value *into*
+    # the program is fine (an input). Modules the judge provides (statistics, fractions) are the host's.
+    with pytest.raises(ValueError, match="'bisect' is imported by the setup"):
+        parse_tests({"asserts": ["assert pos([1, 2, 3]) == bisect.bisect([1, 2, 3], 2)"], "setup": "import bisect"})
+    with pytest.raises(ValueError, match="'insort' is imported by the setup"):
+        parse_tests({"asserts": ["assert half(1) == insort([], 1)"], "setup": "from bisect import insort"})
+    spec = parse_tests({"asserts": ["assert total(bisect([1], 1)) == 0.5"], "setup": "from bisect import bisect"})
+    assert spec.probes == ("total(bisect([1], 1))",)
+    spec = parse_tests({"asserts": ["assert half(1) == Fraction(1, 2) == statistics.mean([0, 1])"], "setup": "from fractions import Fraction"})
+    assert spec.probes == ("half(1)",)
 
 
 @needs_bwrap
@@ -247,11 +249,16 @@ def test_subclasses_of_data_come_back_as_their_base_values() -> None:
 
 
 def test_setup_names_belong_to_the_sandbox_and_math_imports_to_the_host() -> None:
-    names = host_names("from math import isclose as close\nimport math as m\ndef sorted(x):\n    return x")
-    assert names["close"] is __import__("math").isclose and "sorted" not in names and "set" in names
+    names = host_names("from math import isclose as close\nimport math as m\ndef build(x):\n    return x")
+    assert names["close"] is __import__("math").isclose and "set" in names
     probes: list[str] = []
-    compile_assert(0, "assert close(sorted(f(1)), m.pi)", names, probes)
-    assert probes == ["sorted(f(1))"]  # the setup's own sorted runs beside the program
+    compile_assert(0, "assert close(sorted(f(build(1))), m.pi)", names, probes)
+    assert probes == ["f(build(1))"]
+    probes = []
+    compile_assert(0, "assert build(1) == 1", names, probes)
+    assert probes == ["build(1)"]  # the setup's own helper runs beside the program
+    with pytest.raises(ValueError, match="setup binds 'sorted', a built-in name"):
+        host_names("def sorted(x):\n    return x")
 
 
 # ------------------------------------------------------------------ bounded work on the host
@@ -307,7 +314,7 @@ def test_judging_time_counts_against_the_jobs_limit(monkeypatch: pytest.MonkeyPa
 
     def slow_job(job: dict, limits: Limits, sandbox: object) -> SandboxRun:
         time.sleep(0.3)  # the sandbox used the whole budget: nothing is left for judging
-        return SandboxRun(lines=[{"id": 0, "value": ["i", "5"]}])
+        return SandboxRun(lines=[{"id": 0, "value": ["i", "5"]}], wall_s=0.3)
 
     monkeypatch.setattr(code_module, "run_job", slow_job)
     report = run_python_tests(fenced("def add(a, b):\n    return a + b"), {"asserts": ["assert add(2, 3) == 5"]}, limits=limits)

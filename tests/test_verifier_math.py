@@ -626,7 +626,8 @@ PATHOLOGICAL = [
     (r"\boxed{1}", r"\frac{" + HUGE + "}{" + HUGE + "}", 0.0),
     (r"\boxed{9^{9^{9^9}}}", "1", 0.0),
     (r"\boxed{9^{9^{9^9}}}", r"9^{9^{9^9}}", 1.0),  # identical strings need no evaluation
-    (r"\boxed{9^{9^{9^9}}}", r"9^{9^{9^{9}}}", 0.0),  # too big to compare: refused
+    (r"\boxed{9^{9^{9^9}}}", r"9^{9^{9^{9}}}", 1.0),  # the same TeX up to optional braces
+    (r"\boxed{9^{9^{9^9}}}", r"9^{9^{9^{9}}} + 0", 0.0),  # too big to compare: refused
     (r"\boxed{(10^{10})!}", "1", 0.0),
     (r"\boxed{(10^{10})!}", "(10^{10})! + 0", 0.0),
     (r"\boxed{10^{10^{10}}}", "0", 0.0),

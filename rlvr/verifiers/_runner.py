@@ -13,8 +13,11 @@ the program. So the program can corrupt the child's own reports (it runs in the 
 process) but cannot reach the runner's stdout, and the runner kills a child that
 overruns its per-test time.
 
-Job: {"mode": "asserts" | "io", "program": str, "setup": str, "probes": [expr, ...],
-"inputs": [stdin, ...], "uid": int | null, "limits": {...}}.
+Job: {"mode": "asserts" | "io", "program": str, "setup": str, "probes": [probe, ...],
+"inputs": [stdin, ...], "uid": int | null, "limits": {...}}. A probe is an expression of the
+program (``"f(2)"``, evaluated in its namespace) or ``{"call": expr, "args": tokens, "kwargs":
+tokens}``: the program's callable ``expr`` called on data the host encoded in the same flat
+tokens as the results (``rlvr.verifiers.results.encode_value``; decoded here by ``_untag``).
 Lines out: {"id": i, "value": [flat tokens]} | {"id": i, "error": NAME} (asserts) and
 {"id": i, "stdout": str, "truncated": bool, "exit": int, "error"?: NAME} (io), where
 "exit" is the exit code, minus the signal number when killed, -1 when timed out.
@@ -56,6 +59,7 @@ def _confine(job):
         ("RLIMIT_CORE", 0),
         ("RLIMIT_NPROC", limits["processes"]),
         ("RLIMIT_MSGQUEUE", 0),
+        ("RLIMIT_SIGPENDING", _SIGNALS_QUEUED),  # queued signals are kernel memory: a few, not ~100,000
     ):
         resource.setrlimit(getattr(resource, name), (value, value))
     if _SECCOMP is not None:  # last: from here on the refused calls fail (see seccomp.py)
@@ -84,13 +88,16 @@ def _redirect(stdin_fd, stdout_fd, keep):
 _SCALARS = {type(None): "N", int: "i", float: "f", complex: "c", str: "s", bytes: "b"}
 _CONTAINER_TAGS = {list: "l", tuple: "t", set: "S", frozenset: "z", dict: "d"}
 _BASES = (int, float, complex, str, bytes, dict, list, tuple, set, frozenset)  # bool has no subclasses
+_VIEWS = {type({}.keys()): "K", type({}.values()): "V", type({}.items()): "W"}
 
 
-def _tag(value):
+def _tag(value, lazy=(1.0, 1 << 18)):
     """Plain data as a flat list of tokens, prefix order: a container is its tag and length,
     then its items (a dict: key, value, key, ...). Flat, so the host decodes it without
     recursion. Exact types only: a subclass of one (an ``int`` with a custom ``__eq__``, a
-    ``Counter``) is sent as its base type's value, and any other object is refused."""
+    ``Counter``) is sent as its base type's value, and any other object is refused, except the
+    values a test converts (``list(gen())``, ``sorted(d.keys())``, ``x == Fraction(1, 2)``):
+    ``range``, dict views, ``deque``, ``Fraction``, ``Decimal`` and iterators (see _tag_other)."""
     out, todo, nodes = [], [(value, 0)], 0
     while todo:
         item, depth = todo.pop()
@@ -119,45 +126,179 @@ def _tag(value):
             members = [x for kv in item.items() for x in kv] if t is dict else list(item)
             todo.extend((m, depth + 1) for m in reversed(members))
         else:
-            # A subclass of built-in data (Counter, defaultdict, OrderedDict, an int subclass)
-            # goes as its base type's plain value: its methods, __eq__ included, stay here.
             base = next((b for b in _BASES if isinstance(item, b)), None)
-            if base is None:
-                raise TypeError("not plain data: " + t.__name__)
-            nodes -= 1
-            todo.append((base(item), depth))
+            if base is not None:
+                # A subclass of built-in data (Counter, defaultdict, OrderedDict, an int subclass)
+                # goes as its base type's plain value: its methods, __eq__ included, stay here.
+                nodes -= 1
+                todo.append((base(item), depth))
+                continue
+            header, members = _tag_other(item, _MAX_NODES - nodes, lazy)
+            out += header
+            todo.extend((m, depth + 1) for m in reversed(members))
     return out
+
+
+def _tag_other(item, room, lazy):
+    """(tokens, members) of a value tests convert; the members follow in prefix order.
+    ``R`` start stop step; ``Q`` numerator denominator; ``D`` text; ``K``/``V``/``W`` a dict
+    view's keys, values or (key, value) pairs flattened; ``q`` a deque; ``I`` an iterator read to
+    its end, ``J`` one cut when the value budget is spent, after ``lazy`` = (seconds, bytes) or at an error
+    (an infinite generator never ends; reading past the cut fails the test on the host). Modules are looked up, never imported:
+    a program that returns a Fraction has imported fractions."""
+    t = type(item)
+    if t is range:
+        return ["R", format(item.start, "x"), format(item.stop, "x"), format(item.step, "x")], []
+    fractions, decimal, collections = (sys.modules.get(m) for m in ("fractions", "decimal", "collections"))
+    if fractions is not None and isinstance(item, fractions.Fraction):
+        return ["Q", format(item.numerator, "x"), format(item.denominator, "x")], []
+    if decimal is not None and isinstance(item, decimal.Decimal):
+        return ["D", decimal.Decimal.__str__(item)], []
+    view = next((tag for kind, tag in _VIEWS.items() if isinstance(item, kind)), None)
+    if view is not None or (collections is not None and isinstance(item, collections.deque)):
+        members = list(item) if view != "W" else [x for kv in item for x in kv]
+        if len(members) > room:
+            raise ValueError("value too large")
+        return [view or "q", len(members) // (2 if view == "W" else 1)], members
+    if callable(getattr(t, "__next__", None)):
+        members, ended, used, size, stop = [], False, 0, 0, time.monotonic() + lazy[0]
+        while used < room and size < lazy[1] and time.monotonic() < stop:
+            try:
+                member = next(item)
+            except StopIteration:
+                ended = True
+                break
+            except Exception:  # an error past the items a test reads is no error of those items
+                break
+            members.append(member)
+            used += 1 + (len(member) * (2 if type(member) is dict else 1) if type(member) in _CONTAINER_TAGS else 0)
+            size += _rough_size(member)
+        return ["I" if ended else "J", len(members)], members
+    raise TypeError("not plain data: " + t.__name__)
+
+
+def _rough_size(value):
+    """About how many bytes ``value``'s tokens take in a line (shallow: a container's items count
+    16 bytes each): what keeps an iterator's items within the line the runner passes on."""
+    t = type(value)
+    if t is str or t is bytes:
+        return 8 + 2 * len(value)
+    if t is int:
+        return 8 + value.bit_length() // 4
+    return 8 + 16 * len(value) if t in _CONTAINER_TAGS else 24
+
+
+def _untag(tokens):
+    """The host's data arguments (a probe ``{"call", "args", "kwargs"}``) from flat tokens:
+    the inverse of _tag for built-in scalars and containers, without recursion."""
+    pos = 0
+
+    def take():
+        nonlocal pos
+        pos += 1
+        return tokens[pos - 1]
+
+    stack, result = [], None  # [tag, items expected, items]
+    while True:
+        tag = take()
+        if tag in ("l", "t", "S", "z", "d"):
+            count = take()
+            stack.append([tag, count * (2 if tag == "d" else 1), []])
+            value = _OPEN
+        elif tag == "N":
+            value = None
+        elif tag in ("T", "F"):
+            value = tag == "T"
+        elif tag == "i":
+            value = int(take(), 16)
+        elif tag == "f":
+            value = float.fromhex(take())
+        elif tag == "c":
+            value = complex(float.fromhex(take()), float.fromhex(take()))
+        elif tag == "s":
+            value = take()
+        elif tag == "b":
+            value = bytes.fromhex(take())
+        else:
+            raise ValueError("bad argument token")
+        while True:  # close every container this value completes
+            if value is not _OPEN:
+                if not stack:
+                    return value
+                stack[-1][2].append(value)
+            if not stack or len(stack[-1][2]) < stack[-1][1]:
+                break
+            kind, _, items = stack.pop()
+            value = dict(zip(items[0::2], items[1::2])) if kind == "d" else _BUILD[kind](items)
+
+
+_OPEN = object()
+_BUILD = {"l": list, "t": tuple, "S": set, "z": frozenset}
+
+
+class _Quitter:
+    """``exit``/``quit`` as ``site`` defines them (the runner starts Python with -S, which skips
+    site): raise SystemExit with the code."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return "Use %s() or Ctrl-D (i.e. EOF) to exit" % self.name
+
+    def __call__(self, code=None):
+        raise SystemExit(code)
+
+
+def _program_builtins():
+    """The builtins a program sees: Python's own, plus ``exit`` and ``quit``."""
+    import builtins
+
+    builtins.exit, builtins.quit = _Quitter("exit"), _Quitter("quit")
+    return builtins
+
+
+def _probe_value(probe, namespace):
+    """A probe's value: an expression of the program (source), or a call of one of the
+    program's callables on the host's data arguments ``{"call", "args", "kwargs"}``."""
+    if isinstance(probe, str):
+        return eval(compile(probe, "test.py", "eval"), namespace)
+    fn = eval(compile(probe["call"], "test.py", "eval"), namespace)
+    kwargs = _untag(probe["kwargs"]) if probe.get("kwargs") else {}
+    return fn(*(_untag(probe["args"]) if probe.get("args") else ()), **kwargs)
 
 
 def _asserts_child(job, start, out_fd):
     """Load the program and the setup, then evaluate probes from ``start`` on."""
     write, dumps = os.write, json.dumps  # bound before the program can patch them
+    limits = job["limits"]  # an iterator's items may take a quarter of the test's time and of its line
+    lazy = (limits["test_s"] / 4, limits["output_bytes"] // 4)
 
     def send(obj):
         write(out_fd, (dumps(obj) + "\n").encode())
 
-    namespace = {"__name__": "solution", "__builtins__": __builtins__}
+    namespace = {"__name__": "solution", "__builtins__": _program_builtins()}
     try:
         exec(compile(job["program"], "solution.py", "exec"), namespace)
         if job.get("setup"):
             exec(compile(job["setup"], "setup.py", "exec"), namespace)
-    except BaseException as err:  # SystemExit at import included: it is a failure
+    except BaseException as err:  # SystemExit at import included (exit() too): it is a failure
         send({"load_error": type(err).__name__})
         return
     send({"loaded": True})
     for i in range(start, len(job["probes"])):
         try:
-            value = eval(compile(job["probes"][i], "test.py", "eval"), namespace)
-            send({"id": i, "value": _tag(value)})
+            send({"id": i, "value": _tag(_probe_value(job["probes"][i], namespace), lazy)})
         except BaseException as err:
             send({"id": i, "error": type(err).__name__})
 
 
 def _io_child(job, i):
-    """Run the program as ``__main__`` with test ``i``'s stdin."""
+    """Run the program as ``__main__`` with test ``i``'s stdin; ``exit()``, ``quit()`` and
+    ``sys.exit`` end it with their code (none: 0)."""
     code = 0
     try:
-        exec(compile(job["program"], "solution.py", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+        exec(compile(job["program"], "solution.py", "exec"), {"__name__": "__main__", "__builtins__": _program_builtins()})
     except SystemExit as err:
         code = err.code if isinstance(err.code, int) else (0 if err.code is None else 1)
     except BaseException:
@@ -363,21 +504,27 @@ def _run_io(job):
 
 
 def _start_up(job):
-    """Before any test: leave the caller's session keyring, hide this process from the
-    children (non-dumpable: no ``/proc/<runner>/fd`` even for the same uid) and load
-    the seccomp filter that ``_confine`` installs in each child.
+    """Before any test: cap the jail's ``/tmp`` in inodes and give up the capability that
+    took, leave the caller's session keyring, hide this process from the children
+    (non-dumpable: no ``/proc/<runner>/fd`` even for the same uid) and load the seccomp
+    filter that ``_confine`` installs in each child.
 
+    ``job["tmp_inodes"]``: the inode cap (bwrap only; null without a jail of our own).
     ``job["seccomp"]``: ``{"filter": hex of struct sock_filter[], "keyctl": syscall
     number}`` from ``seccomp.py``, or null (only without bwrap, on an unknown arch)."""
     global _SECCOMP
     seccomp = job.get("seccomp")
-    if seccomp is None:
+    if seccomp is None and job.get("tmp_inodes") is None:
         return
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
     prctl = libc.prctl
     prctl.argtypes = [ctypes.c_int] + [ctypes.c_ulong] * 4
+    if job.get("tmp_inodes") is not None:
+        _cap_tmp_inodes(libc, prctl, int(job["tmp_inodes"]))
+    if seccomp is None:
+        return
     # KEYCTL_JOIN_SESSION_KEYRING with no name: a new anonymous session keyring.
     if libc.syscall(seccomp["keyctl"], 1, None) < 0 and ctypes.get_errno() != 38:  # ENOSYS: no keyrings
         _refuse("cannot join a new session keyring, errno %d" % ctypes.get_errno())
@@ -391,6 +538,39 @@ def _start_up(job):
 
     fprog = SockFprog(len(program) // 8, ctypes.addressof(buffer))
     _SECCOMP = (prctl, ctypes.addressof(fprog), (buffer, fprog))
+
+
+_SIGNALS_QUEUED = 64  # RLIMIT_SIGPENDING of the untrusted processes
+_CAP_SETPCAP, _CAP_SYS_ADMIN = 8, 21
+
+
+def _cap_tmp_inodes(libc, prctl, inodes):
+    """Remount the jail's ``/tmp`` with ``nr_inodes``, then drop ``CAP_SYS_ADMIN`` (and
+    ``CAP_SETPCAP``, which dropping it from the bounding set takes) for good.
+
+    bwrap's ``--size`` caps a tmpfs in bytes only; every empty file or directory still costs
+    ~1 KiB of unreclaimable kernel memory (inode, dentry), 3 million of them in a 64 MiB
+    tmpfs here. This process is the first to run in the jail (bwrap gave it the two
+    capabilities for this alone) and reads nothing untrusted before it is done: any failure
+    ends the job before a program runs."""
+    import ctypes
+
+    ms_remount, ms_nosuid, ms_nodev = 32, 2, 4  # keep bwrap's nosuid,nodev; size and mode stay as they are
+    if libc.mount(b"tmpfs", b"/tmp", None, ms_remount | ms_nosuid | ms_nodev, b"nr_inodes=%d" % inodes) != 0:
+        _refuse("cannot cap /tmp at %d inodes, errno %d" % (inodes, ctypes.get_errno()))
+    for cap in (_CAP_SYS_ADMIN, _CAP_SETPCAP):  # PR_CAPBSET_DROP: out of reach even through exec
+        if prctl(24, cap, 0, 0, 0) != 0:
+            _refuse("cannot drop capability %d from the bounding set, errno %d" % (cap, ctypes.get_errno()))
+    prctl(47, 4, 0, 0, 0)  # PR_CAP_AMBIENT_CLEAR_ALL (bwrap's user namespace mode sets them)
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    data = (ctypes.c_uint32 * 6)()  # (effective, permitted, inheritable) x 2 words
+    if libc.capget(header, data) != 0:
+        _refuse("capget failed, errno %d" % ctypes.get_errno())
+    keep = ~((1 << _CAP_SYS_ADMIN) | (1 << _CAP_SETPCAP)) & 0xFFFFFFFF
+    for word in range(3):
+        data[word] &= keep
+    if libc.capset(header, data) != 0:
+        _refuse("capset failed, errno %d" % ctypes.get_errno())
 
 
 def _refuse(reason):

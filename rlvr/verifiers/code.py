@@ -1,14 +1,25 @@
 """Reward for Python programs: run the completion's last ```python block on tests, sandboxed.
 
-``tests`` is a dict or its JSON text (a data file may hold either: a JSON object in the answer
-field reaches the verifier as its JSON text):
+``tests`` (the answer) is one of python_code's four spec forms, as a dict or its JSON text:
 
 * ``{"asserts": ["assert f(2) == 4", ...], "setup": "import math"}``: each entry is
   one ``assert`` statement calling the program's functions; ``setup`` runs after the
   program (put helpers there, never expected answers);
 * ``{"io": [{"stdin": "1 2\\n", "stdout": "3\\n"}, ...]}``: the program runs as
-  ``__main__`` per test; it passes when it exits 0 and its stdout has the same lines
-  as the expected output (trailing whitespace of lines and of the output aside).
+  ``__main__`` per test; it passes when it exits 0 and its output is the expected one by
+  :func:`rlvr.verifiers.formats.same_output` (lines stripped, numbers as decimals);
+* ``{"check": "def check(candidate): ...", "entry_point": "f"}``: trusted test code with
+  statements, interpreted here with ``candidate`` bound to the program's ``f``
+  (:mod:`rlvr.verifiers.testcode`); the whole check is one test;
+* ``{"calls": [{"args": [1, 2], "output": 3}, ...], "fn_name": "f"}``: each call
+  ``f(*args)`` (``Solution().f`` when the program defines ``class Solution``) is one test,
+  its result compared here with the output.
+
+or the shape a dataset ships (HumanEval's ``test`` with the row's ``entry_point``, MBPP's
+``test_list`` with ``test_setup_code`` and ``test_imports``, APPS/TACO ``input_output``,
+CodeContests ``public_tests``, LiveCodeBench ``public_test_cases``), which
+:mod:`rlvr.verifiers.formats` rewrites into one of the four; the row's fields reach
+python_code as keyword arguments (the reward contract).
 
 Judged outside the sandbox (:mod:`rlvr.verifiers.sandbox` runs the code,
 :mod:`rlvr.verifiers.judge` judges): only the calls into the program (``f(2)`` in
@@ -29,17 +40,21 @@ evaluate safely is refused when the tests are loaded (ValueError naming the test
 
 from __future__ import annotations
 
+import ast
 import functools
 import json
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
+from rlvr.verifiers.formats import ROW_FIELDS, call_target, native_spec, same_output, same_result
 from rlvr.verifiers.judge import CompiledAssert, JudgeError, ProbeFailed, compile_assert, decode_value, evaluate, host_names
-from rlvr.verifiers.sandbox import Limits, SandboxUnavailable, run_job
+from rlvr.verifiers.results import encode_value
+from rlvr.verifiers.sandbox import Limits, SandboxUnavailable, run_job, warm_up
 from rlvr.verifiers.served import MAX_JOBS_PER_SANDBOX, can_serve, plan_servers, run_jobs_served
+from rlvr.verifiers.testcode import MAX_ROUNDS, TestCode, compile_test_code, interpret_round, trusted_helpers
 
 __all__ = ["CodeReport", "TestResult", "check_tests", "extract_program", "parse_tests", "python_code", "python_code_batched",
            "run_python_tests", "run_python_tests_batch", "sandbox_preflight"]
@@ -66,16 +81,28 @@ class CodeReport:
 
 @dataclass(frozen=True)
 class _Spec:
-    mode: str
+    mode: str  # "asserts" | "io" | "check" | "calls"
     checks: tuple[CompiledAssert, ...] = ()
     probes: tuple[str, ...] = ()
     names: dict[str, Any] = field(default_factory=dict, compare=False)  # what asserts resolve on the host
     setup: str = ""
     inputs: tuple[str, ...] = ()
     outputs: tuple[str, ...] = ()
+    test_code: TestCode | None = None  # "check": the trusted test code ...
+    entry_point: str = ""  # ... the program's function bound to its `candidate` ...
+    helpers: ast.Module | None = field(default=None, compare=False)  # ... and the prompt's functions it calls
+    call_args: tuple[tuple[Any, ...], ...] = ()  # "calls": each test's arguments ...
+    expected: tuple[Any, ...] = ()  # ... and expected result
+    fn_name: str = ""
+    wrapped_outputs: bool = False  # APPS/TACO: an expected list's first item also counts
+    key: str = field(default="", compare=False)  # one text per problem: programs for it never share a sandbox
 
     def __len__(self) -> int:
-        return len(self.checks) if self.mode == "asserts" else len(self.inputs)
+        if self.mode == "asserts":
+            return len(self.checks)
+        if self.mode == "check":
+            return 1
+        return len(self.inputs) if self.mode == "io" else len(self.call_args)
 
 
 def extract_program(completion: str) -> str | None:
@@ -90,31 +117,46 @@ def extract_program(completion: str) -> str | None:
     return blocks[-1] if blocks else None
 
 
-def parse_tests(tests: dict | str) -> _Spec:
-    """Validate a tests spec; raises ValueError with the reason (bad data is not a 0)."""
-    return _parse_cached(tests if isinstance(tests, str) else json.dumps(tests, sort_keys=True))
+def parse_tests(tests: dict | list | str, fields: dict[str, Any] | None = None, *, need_fields: bool = True) -> _Spec:
+    """Validate a tests spec, in any form python_code reads (see the module docstring), with the
+    row's ``fields`` (``entry_point``, ``test_setup_code``...); raises ValueError with the reason
+    (bad data is not a 0). ``need_fields=False`` checks what the answer alone shows (the data
+    check, which sees no other field): a spec that needs a field it lacks passes there."""
+    row = {k: fields[k] for k in ROW_FIELDS if fields and fields.get(k) is not None}
+    text = tests if isinstance(tests, str) else json.dumps(tests, sort_keys=True)
+    return _parse_cached(text, json.dumps(row, sort_keys=True, default=str), need_fields)
 
 
 @functools.lru_cache(maxsize=1024)  # the same gold answer is scored G times per prompt
-def _parse_cached(text: str) -> _Spec:
-    try:
-        spec = json.loads(text)
-    except ValueError as err:
-        raise ValueError(f"code tests are not valid JSON: {err}") from None
-    if not isinstance(spec, dict) or len({"asserts", "io"} & spec.keys()) != 1:
-        raise ValueError('code tests must be a dict with exactly one of "asserts" or "io"')
-    if "io" in spec:
-        if set(spec) != {"io"} or not isinstance(spec["io"], list) or not spec["io"]:
-            raise ValueError('"io" must be a non-empty list of {"stdin": ..., "stdout": ...}, alone')
-        inputs, outputs = [], []
-        for k, case in enumerate(spec["io"]):
-            if not isinstance(case, dict) or not set(case) <= {"stdin", "stdout"} or not isinstance(case.get("stdout"), str):
-                raise ValueError(f'io test {k}: expected {{"stdin": str, "stdout": str}}, got {case!r:.200}')
-            if not isinstance(case.get("stdin", ""), str):
-                raise ValueError(f"io test {k}: stdin must be a string")
-            inputs.append(case.get("stdin", ""))
-            outputs.append(case["stdout"])
-        return _Spec("io", inputs=tuple(inputs), outputs=tuple(outputs))
+def _parse_cached(text: str, row_json: str, need_fields: bool) -> _Spec:
+    spec = native_spec(text, json.loads(row_json))
+    if not isinstance(spec, dict) or len(NATIVE & spec.keys()) != 1:
+        raise ValueError(f"code tests must be a dict with exactly one of {sorted(NATIVE)}")
+    key = json.dumps(spec, sort_keys=True)
+    for mode, parse in _PARSERS.items():
+        if mode in spec:
+            return parse(spec, key, need_fields)
+    raise AssertionError("unreachable")
+
+
+NATIVE = frozenset(["asserts", "io", "check", "calls"])
+
+
+def _parse_io(spec: dict, key: str, need_fields: bool) -> _Spec:
+    if set(spec) != {"io"} or not isinstance(spec["io"], list) or not spec["io"]:
+        raise ValueError('"io" must be a non-empty list of {"stdin": ..., "stdout": ...}, alone')
+    inputs, outputs = [], []
+    for k, case in enumerate(spec["io"]):
+        if not isinstance(case, dict) or not set(case) <= {"stdin", "stdout"} or not isinstance(case.get("stdout"), str):
+            raise ValueError(f'io test {k}: expected {{"stdin": str, "stdout": str}}, got {case!r:.200}')
+        if not isinstance(case.get("stdin", ""), str):
+            raise ValueError(f"io test {k}: stdin must be a string")
+        inputs.append(case.get("stdin", ""))
+        outputs.append(case["stdout"])
+    return _Spec("io", inputs=tuple(inputs), outputs=tuple(outputs), key=key)
+
+
+def _parse_asserts(spec: dict, key: str, need_fields: bool) -> _Spec:
     if not set(spec) <= {"asserts", "setup"} or not isinstance(spec.get("setup", ""), str):
         raise ValueError('assert tests take only "asserts" (a list of str) and "setup" (a str)')
     if not isinstance(spec["asserts"], list) or not spec["asserts"]:
@@ -122,92 +164,196 @@ def _parse_cached(text: str) -> _Spec:
     probes: list[str] = []
     names = host_names(spec.get("setup", ""))
     checks = tuple(compile_assert(k, source, names, probes) for k, source in enumerate(spec["asserts"]))
-    return _Spec("asserts", checks=checks, probes=tuple(probes), setup=spec.get("setup", ""), names=names)
+    return _Spec("asserts", checks=checks, probes=tuple(probes), setup=spec.get("setup", ""), names=names, key=key)
+
+
+def _parse_check(spec: dict, key: str, need_fields: bool) -> _Spec:
+    if not set(spec) <= {"check", "entry_point", "prompt"}:
+        raise ValueError(f'check tests take only "check" (test code defining check(candidate)), "entry_point" and "prompt", '
+                         f'got {sorted(spec)}')
+    entry_point = spec.get("entry_point")
+    if entry_point is None and need_fields:
+        raise ValueError("test code defining check(candidate) (HumanEval's test field) needs the row's 'entry_point' field: "
+                         "the name of the program's function that candidate stands for")
+    if entry_point is not None and not (isinstance(entry_point, str) and entry_point.isidentifier()):
+        raise ValueError(f"field 'entry_point' must be a function name, got {entry_point!r:.80}")
+    if not isinstance(spec.get("prompt", ""), str):
+        raise ValueError(f"field 'prompt' must be text, got {type(spec['prompt']).__name__}")
+    code = compile_test_code(spec["check"], "check", what="test code (the check field)")
+    helpers = trusted_helpers(spec["prompt"], code, entry_point or "") if spec.get("prompt") else None
+    return _Spec("check", test_code=code, entry_point=entry_point or "", helpers=helpers, key=key)
+
+
+def _parse_calls(spec: dict, key: str, need_fields: bool) -> _Spec:
+    if not set(spec) <= {"calls", "fn_name", "wrapped_outputs"}:
+        raise ValueError(f'call tests take only "calls", "fn_name" and "wrapped_outputs", got {sorted(spec)}')
+    fn_name = spec.get("fn_name")
+    if fn_name is None and need_fields:
+        raise ValueError("call-based tests need the function's name: 'fn_name' (in input_output or a row field), or "
+                         "LiveCodeBench's 'metadata' field with func_name")
+    if fn_name is not None and not (isinstance(fn_name, str) and all(p.isidentifier() for p in fn_name.split("."))):
+        raise ValueError(f"'fn_name' must be a function name, got {fn_name!r:.80}")
+    calls = spec["calls"]
+    if not isinstance(calls, list) or not calls:
+        raise ValueError('"calls" must be a non-empty list of {"args": [...], "output": value}')
+    args, expected = [], []
+    for k, case in enumerate(calls):
+        if not isinstance(case, dict) or set(case) != {"args", "output"} or not isinstance(case["args"], list):
+            raise ValueError(f'call test {k}: expected {{"args": [...], "output": value}}, got {case!r:.200}')
+        try:
+            encode_value(case["args"])
+        except JudgeError as err:
+            raise ValueError(f"call test {k}: {err}") from None
+        args.append(tuple(case["args"]))
+        expected.append(case["output"])
+    return _Spec("calls", call_args=tuple(args), expected=tuple(expected), fn_name=fn_name or "",
+                 wrapped_outputs=bool(spec.get("wrapped_outputs")), key=key)
+
+
+_PARSERS: dict[str, Callable[[dict, str, bool], _Spec]] = {"asserts": _parse_asserts, "io": _parse_io, "check": _parse_check,
+                                                            "calls": _parse_calls}
 
 
 def run_python_tests(
-    completion: str, tests: dict | str, *, limits: Limits | None = None, sandbox: str | None = None
+    completion: str, tests: dict | str, *, limits: Limits | None = None, sandbox: str | None = None,
+    fields: dict[str, Any] | None = None,
 ) -> CodeReport:
-    """Run the completion's program on ``tests`` and return typed per-test verdicts.
+    """Run the completion's program on ``tests`` (with the row's ``fields``) and return typed
+    per-test verdicts.
 
     Raises ValueError for a malformed ``tests`` spec and
     :class:`~rlvr.verifiers.sandbox.SandboxUnavailable` when code cannot be run safely.
     """
     limits = limits or Limits()
-    spec, job = _job_for(completion, tests, limits)
-    if job is None:
-        return _not_run(spec, completion, limits)
-    deadline = time.monotonic() + limits.total_s  # judging here counts against the job's limit
-    return _judge(spec, run_job(job, limits, sandbox), deadline)
+    judging = _Judging(parse_tests(tests, fields), extract_program(completion), limits)
+    while judging.report is None:
+        judging.take(run_job(judging.next_job(), limits, sandbox))
+    return judging.report
 
 
 def run_python_tests_batch(
     completions: list[str], tests: list[dict | str], *, limits: Limits | None = None, sandbox: str | None = None,
-    sandboxes: int = 2,
+    sandboxes: int = 2, fields: list[dict[str, Any]] | None = None,
 ) -> list[CodeReport]:
     """`run_python_tests` for many completions, each program's report the one it gets alone,
     `sandboxes` sandboxes at a time (threads: the work is in the sandbox processes).
 
     A program that occurs several times for the same tests (G samples of one prompt often agree)
-    runs once and every copy gets its verdict; one that draws random numbers gets one draw for
-    all its copies. Programs for different problems share a sandbox, one after another, each
-    started from a process that never held another program, with the jail cleared between them
+    runs once and is judged once: every copy gets that verdict; one that draws random numbers gets
+    one draw for all its copies. Programs for different problems share a sandbox, one after another,
+    each started from a process that never held another program, with the jail cleared between them
     (:mod:`rlvr.verifiers.served`); two programs for the same tests never share one, so nothing a
-    program could learn from an earlier one is a sibling's answer to its own problem."""
+    program could learn from an earlier one is a sibling's answer to its own problem. Test code
+    that needs several rounds of calls (``check`` tests) gets them batch-wide: each round runs the
+    jobs of every program still waiting, together."""
     limits = limits or Limits()
-    prepared = [_job_for(c, t, limits) for c, t in zip(completions, tests, strict=True)]
-    item_keys = [None if job is None else (_problem_key(t), json.dumps(job, sort_keys=True)) for (_, job), t in zip(prepared, tests)]
-    distinct = {key: job for key, (_, job) in zip(item_keys, prepared) if key is not None}
-    keys = list(distinct)
+    rows = fields if fields is not None else [{}] * len(completions)
+    specs = [parse_tests(t, f) for t, f in zip(tests, rows, strict=True)]
+    programs = [extract_program(c) for c in completions]
+    if len(specs) != len(completions):
+        raise ValueError(f"{len(completions)} completions for {len(specs)} tests")
+    distinct: dict[tuple[str, str | None], _Judging] = {}
+    for spec, program in zip(specs, programs):
+        if (spec.key, program) not in distinct:
+            distinct[(spec.key, program)] = _Judging(spec, program, limits)
+    waiting = [j for j in distinct.values() if j.report is None]
+    while waiting:
+        runs = _run_many([(j.spec.key, j.next_job()) for j in waiting], limits, sandbox, sandboxes)
+        for judging, run in zip(waiting, runs):
+            judging.take(run)
+        waiting = [j for j in waiting if j.report is None]
+    return [distinct[(spec.key, program)].report for spec, program in zip(specs, programs)]  # type: ignore[misc]
+
+
+def _run_many(jobs: list[tuple[str, dict]], limits: Limits, sandbox: str | None, sandboxes: int) -> list:
+    """The runs of (problem key, job) pairs, `sandboxes` at a time: jobs of different problems share
+    a served sandbox one after another; two jobs of one problem never do."""
     workers, serve = max(1, sandboxes), can_serve(limits, sandbox)
     if serve:  # at least one jail per worker when there are enough programs
-        groups = plan_servers([problem for problem, _ in keys], cap=max(1, min(MAX_JOBS_PER_SANDBOX, -(-len(keys) // workers))))
+        groups = plan_servers([problem for problem, _ in jobs], cap=max(1, min(MAX_JOBS_PER_SANDBOX, -(-len(jobs) // workers))))
     else:  # no bwrap or per-job cgroups: a sandbox per program, `sandboxes` at a time
-        groups = [[i] for i in range(len(keys))]
+        groups = [[i] for i in range(len(jobs))]
 
     def execute(group: list[int]) -> list:
-        jobs = [distinct[keys[i]] for i in group]
-        return run_jobs_served(jobs, limits, sandbox) if serve else [run_job(jobs[0], limits, sandbox)]
+        group_jobs = [jobs[i][1] for i in group]
+        return run_jobs_served(group_jobs, limits, sandbox) if serve else [run_job(group_jobs[0], limits, sandbox)]
 
     pool = ThreadPoolExecutor(max_workers=workers)
+    runs: list = [None] * len(jobs)
     try:
-        runs = {keys[i]: run for group, group_runs in zip(groups, pool.map(execute, groups)) for i, run in zip(group, group_runs)}
+        for group, group_runs in zip(groups, pool.map(execute, groups)):
+            for i, run in zip(group, group_runs):
+                runs[i] = run
     except BaseException:
         pool.shutdown(wait=True, cancel_futures=True)  # a missing sandbox: do not start the rest of the batch
         raise
     finally:
         pool.shutdown(wait=True)
-    reports = []
-    for (spec, _), completion, key in zip(prepared, completions, item_keys):
-        if key is None:
-            reports.append(_not_run(spec, completion, limits))
-        else:
-            run = runs[key]
-            # Judging counts against the job's limit: each copy gets what the run left of it.
-            reports.append(_judge(spec, run, time.monotonic() + limits.total_s - run.wall_s))
-    return reports
+    return runs
 
 
-def _problem_key(tests: dict | str) -> str:
-    """One text per tests spec however it is written (a dict, its JSON text, other spacing or key
-    order): programs with the same key are for the same problem and never share a sandbox."""
-    return json.dumps(json.loads(tests) if isinstance(tests, str) else tests, sort_keys=True)
+class _Judging:
+    """One (tests, program) pair on its way to a report: the sandbox jobs it needs, one at a time
+    (one for asserts, io and calls; a round each for test code), and the verdicts on their runs."""
 
+    def __init__(self, spec: _Spec, program: str | None, limits: Limits) -> None:
+        self.spec, self.program, self.limits = spec, program, limits
+        self.report: CodeReport | None = None
+        self.known: dict[str, dict] = {}  # check tests: the runner's line of each call made so far
+        self.pending: dict[str, dict] = {}  # check tests: the current round's calls (key -> probe)
+        self.calls: list[str] = []  # ... in the order of the job's probes
+        self.rounds, self.wall_s, self.status = 0, 0.0, "ok"
+        if program is None or len(program) > limits.source_chars:
+            detail = "no ```python block" if program is None else f"program longer than {limits.source_chars} characters"
+            self.report = CodeReport(0.0, tuple(TestResult(i, False, detail) for i in range(len(spec))), "not_run")
+        elif spec.mode == "check":
+            self.interpret(time.monotonic() + limits.total_s)
 
-def _job_for(completion: str, tests: dict | str, limits: Limits) -> tuple[_Spec, dict | None]:
-    """The parsed tests and the runner job for the completion's program (None: nothing to run)."""
-    spec = parse_tests(tests)
-    program = extract_program(completion)
-    if program is None or len(program) > limits.source_chars:
-        return spec, None
-    if spec.mode == "io":
-        return spec, {"mode": "io", "program": program, "inputs": list(spec.inputs)}
-    return spec, {"mode": "asserts", "program": program, "setup": spec.setup, "probes": list(spec.probes)}
+    def next_job(self) -> dict:
+        spec, program = self.spec, self.program
+        if spec.mode == "io":
+            return {"mode": "io", "program": program, "inputs": list(spec.inputs)}
+        if spec.mode == "asserts":
+            return {"mode": "asserts", "program": program, "setup": spec.setup, "probes": list(spec.probes)}
+        if spec.mode == "calls":
+            target = call_target(program or "", spec.fn_name)
+            probes = [{"call": target, "args": encode_value(list(args)), "kwargs": encode_value({})} for args in spec.call_args]
+            return {"mode": "asserts", "program": program, "setup": "", "probes": probes}
+        return {"mode": "asserts", "program": program, "setup": "", "probes": [self.pending[key] for key in self.calls]}
 
+    def take(self, run: Any) -> None:
+        """The verdicts on a job's run (for test code: the next round, or the verdict). Judging
+        counts against the job's limit: it gets what the run's own clock left of it (the clock
+        starts when the job does, after the sandbox's one-time preparation, so a cold first job
+        is not charged for it)."""
+        self.wall_s += run.wall_s
+        deadline = time.monotonic() - run.wall_s + self.limits.total_s
+        if self.spec.mode != "check":
+            self.report = _judge(self.spec, run, deadline)
+            return
+        for line in run.lines:
+            i = line.get("id")
+            if isinstance(i, int) and 0 <= i < len(self.calls) and self.calls[i] not in self.known:
+                self.known[self.calls[i]] = line
+        for key in self.calls:  # a call the run never reported (it timed out, the job died) failed
+            self.known.setdefault(key, {"error": run.status if run.status != "ok" else "no result"})
+        self.status = run.status
+        self.interpret(deadline)
 
-def _not_run(spec: _Spec, completion: str, limits: Limits) -> CodeReport:
-    detail = "no ```python block" if extract_program(completion) is None else f"program longer than {limits.source_chars} characters"
-    return CodeReport(0.0, tuple(TestResult(i, False, detail) for i in range(len(spec))), "not_run")
+    def interpret(self, deadline: float) -> None:
+        assert self.spec.test_code is not None
+        outcome = interpret_round(self.spec.test_code, self.spec.entry_point, self.known, deadline, self.spec.helpers)
+        if outcome.passed is None and self.rounds >= MAX_ROUNDS:
+            outcome.passed, outcome.detail = False, (f"the test code needs more than {MAX_ROUNDS} rounds of calls into the "
+                                                     "program (each round's calls depend on the last one's results)")
+        if outcome.passed and not self.known:  # it would pass whatever the program does
+            outcome.passed, outcome.detail = False, "the test code made no call into the program"
+        if outcome.passed is not None:
+            self.report = CodeReport(float(outcome.passed), (TestResult(0, outcome.passed, outcome.detail),), self.status, self.wall_s)
+            return
+        self.rounds += 1
+        self.pending = dict(outcome.calls)
+        self.calls = list(self.pending)
 
 
 def _judge(spec: _Spec, run, deadline: float) -> CodeReport:
@@ -218,6 +364,8 @@ def _judge(spec: _Spec, run, deadline: float) -> CodeReport:
             by_id[line["id"]] = line
     if spec.mode == "io":
         results = tuple(_judge_io(i, by_id.get(i), spec.outputs[i]) for i in range(len(spec)))
+    elif spec.mode == "calls":
+        results = tuple(_judge_call(i, by_id.get(i), spec.expected[i], spec.wrapped_outputs) for i in range(len(spec)))
     else:
         judge = _AssertJudge(spec, by_id, deadline)
         results = tuple(judge.verdict(i, check) for i, check in enumerate(spec.checks))
@@ -232,36 +380,46 @@ def python_code(
     all_or_nothing: bool = False,
     limits: Limits | None = None,
     sandbox: str | None = None,
+    **fields: Any,
 ) -> float:
     """Fraction of ``tests`` the completion's last ```python block passes (sandboxed).
 
-    With ``all_or_nothing`` the reward is 1.0 only when every test passes. Raises on a
-    malformed spec or a missing sandbox (see :func:`run_python_tests`) rather than
-    return a silent 0.
+    ``fields``: the data row's other fields, of which python_code reads ``entry_point``,
+    ``test_setup_code``, ``test_imports``, ``fn_name`` and ``metadata`` (see
+    :mod:`rlvr.verifiers.formats`). With ``all_or_nothing`` the reward is 1.0 only when every
+    test passes. Raises on a malformed spec or a missing sandbox (see :func:`run_python_tests`)
+    rather than return a silent 0.
     """
-    report = run_python_tests(completion, tests, limits=limits, sandbox=sandbox)
+    report = run_python_tests(completion, tests, limits=limits, sandbox=sandbox, fields=fields)
     if all_or_nothing:
         return 1.0 if report.score == 1.0 else 0.0
     return report.score
 
 
-def python_code_all_or_nothing(completion: str, tests: dict | str) -> float:
+def python_code_all_or_nothing(completion: str, tests: dict | str, **fields: Any) -> float:
     """:func:`python_code` that pays only when every test passes."""
-    return python_code(completion, tests, all_or_nothing=True)
+    return python_code(completion, tests, all_or_nothing=True, **fields)
 
 
-def python_code_batched(prompts: list, completions: list[str], answer: list[str], **_: Any) -> list[float]:
+def python_code_batched(prompts: list, completions: list[str], answer: list[str], **columns: Any) -> list[float]:
     """:func:`python_code` for a whole batch (TRL's batched signature; the tests are each row's
-    answer) through `run_python_tests_batch`: repeats once, programs of different problems one after
-    another in shared jails, two jails at a time, so a training process with reward.workers = 0
-    still verifies on both cores."""
-    return [report.score for report in run_python_tests_batch(list(completions), list(answer))]
+    answer, the row fields python_code reads come from ``columns``) through
+    `run_python_tests_batch`: a repeated (program, tests) pair runs and is judged once, programs
+    of different problems one after another in shared jails, two jails at a time, so a training
+    process with reward.workers = 0 still verifies on both cores."""
+    rows = [{name: columns[name][i] for name in ROW_FIELDS if isinstance(columns.get(name), list)} for i in range(len(completions))]
+    for row, prompt in zip(rows, prompts):  # the prompt shows the helpers a check may call (HumanEval/32, 38, 50)
+        row["prompt"] = prompt if isinstance(prompt, str) else "\n".join(
+            m.get("content", "") for m in prompt if isinstance(m, dict) and isinstance(m.get("content"), str)) if isinstance(prompt, list) else None
+    return [report.score for report in run_python_tests_batch(list(completions), list(answer), fields=rows)]
 
 
 def check_tests(tests: dict | str) -> None:
-    """The data check: ValueError naming what is wrong with a gold tests spec."""
+    """The data check: ValueError naming what is wrong with a gold tests spec. It sees the answer
+    alone, so a spec that needs a row field (HumanEval's entry_point) is checked in everything
+    else here and for that field when scored (an error naming the field, never a 0)."""
     try:
-        parse_tests(tests)
+        parse_tests(tests, need_fields=False)
     except ValueError as err:
         raise ValueError(f"is not a python_code tests spec: {err}") from None
 
@@ -277,12 +435,13 @@ def sandbox_preflight() -> None:
 
 # What the verifiers declare (rlvr.verifiers.contract). The sandbox enforces the job's own time
 # limit, so a pool waits for it; an item that still times out there scores 0 (the program's
-# fault), not missing.
+# fault), not missing. Test code of several rounds takes a job per round (at most MAX_ROUNDS).
 for _fn in (python_code, python_code_all_or_nothing, python_code_batched):
     _fn.time_limit_s = Limits().total_s  # type: ignore[attr-defined]
     _fn.timeout_score = 0.0  # type: ignore[attr-defined]
     _fn.check_answer = check_tests  # type: ignore[attr-defined]
     _fn.preflight = sandbox_preflight  # type: ignore[attr-defined]
+    _fn.warm_up = warm_up  # type: ignore[attr-defined]  (each pool worker walks /usr before its first item)
 
 
 # --------------------------------------------------------------------------- the judge
@@ -297,15 +456,24 @@ def _judge_io(i: int, line: dict | None, expected: str) -> TestResult:
         return TestResult(i, False, "output limit")
     if line.get("exit") != 0:
         return TestResult(i, False, f"exit status {line.get('exit')}")
-    if _lines(line["stdout"]) != _lines(expected):
+    if not same_output(line["stdout"], expected):
         return TestResult(i, False, "wrong output")
     return TestResult(i, True, "ok")
 
 
-def _lines(text: str) -> list[str]:
-    """Lines without trailing whitespace, trailing blank lines dropped: the line count
-    must match, so printing only the first expected line fails."""
-    return [line.rstrip() for line in text.rstrip().split("\n")]
+def _judge_call(i: int, line: dict | None, expected: Any, wrapped: bool) -> TestResult:
+    if line is None:
+        return TestResult(i, False, "no result")
+    if "value" not in line:
+        return TestResult(i, False, str(line.get("error", "no value"))[:100])
+    try:
+        result = decode_value(line["value"])
+        passed = same_result(result, expected, wrapped)
+    except JudgeError as err:
+        return TestResult(i, False, str(err))
+    except Exception as err:  # a comparison the values do not support fails the test, as in Python
+        return TestResult(i, False, type(err).__name__)
+    return TestResult(i, passed, "ok" if passed else "wrong result")
 
 
 class _AssertJudge:

@@ -1,68 +1,88 @@
 """The judge of ``python_code``'s assert tests: what runs in the sandbox, and what runs here.
 
-An assert is split when the data is loaded. Each call into the program under test (a
-*probe*: the longest chain of calls, attributes and subscripts that starts at a name the
-program or the setup defines, such as ``f(x)``, ``Solution().solve(xs)[0]``) is sent to the
-sandbox as source and comes back as plain data. Everything else in the assert, expected
-values, arithmetic, tolerances, containers, boolean structure and reference functions
-(``abs``, ``set``, ``sorted``, ``math.isclose``, ...), is evaluated here by a small
-interpreter over the assert's syntax tree, with the real built-ins and bounded work. So the
-program never sees an expected value and cannot shadow a function the test judges with.
+THE rule: only values returned by calls into what the program (or its setup) defines cross the
+boundary, as plain data of built-in types (and the values tests convert: iterators, ranges,
+dict views, ``Fraction``, ``Decimal``, ``deque``; see `results.py`). Everything else in an assert
+runs here, in a small interpreter over the assert's syntax tree with bounded work: expected
+values, arithmetic, comparisons, comprehensions, built-in and standard-library functions, and
+the methods and attributes of the returned values.
+
+An assert is split when the tests load (`compile_assert`). A *probe* is a chain of calls,
+attributes and subscripts rooted at a name of the program, cut before its trailing *data links*
+(a subscript, or an attribute named like one of a built-in data type, and its call): in
+``slug(s).startswith("h")`` the sandbox computes ``slug(s)`` and the host's ``str.startswith``
+judges it, so a ``str`` subclass whose ``startswith`` lies cannot pass. The cut is static: nothing
+the sandbox reports moves it. Names: every built-in is the host's (`HOST_BUILTINS`, bounded; the
+others, such as ``eval``, ``open``, ``print``, ``vars``, ``id``, refused); a standard-library
+module used as one (``statistics.mean``) is the host's if `host_modules.py` provides it and refused
+otherwise (``re``: catastrophic backtracking); setup imports of provided modules bind host names.
+Only other names are the program's (or the setup's, which runs beside it).
 
 Refused when the data is loaded, with the test's number (never evaluated in the sandbox
-instead): an assert that calls nothing the program defines, a value computed with a name the
-setup imports from a module other than ``math``, a call into the program that depends on a
-comprehension's variable, walrus, f-strings, and asserts in setup.
+instead): the names above, an assert that calls nothing the program defines, a value computed
+with a name the setup imports from a module the judge does not provide, a call into the program
+that depends on a comprehension's variable, walrus, f-strings, asserts in setup, a setup that
+binds a built-in name.
 
-What the judge trusts, each operation bounded, is in `trusted.py`; the probes' values come
-back as flat tokens decoded with bounds by `results.py`: a forged result can fail its test but
-cannot raise, stall or flood the host.
+What the judge trusts, each operation bounded, is in `trusted.py` (built-ins, operators),
+`methods.py` (methods of data) and `host_modules.py` (standard-library modules); the probes'
+values come back as flat tokens decoded with bounds by `results.py`: a forged result can fail
+its test but cannot raise, stall or flood the host.
 """
 
 from __future__ import annotations
 
 import ast
+import decimal
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from rlvr.verifiers.results import decode_value
+from rlvr.verifiers.host_modules import HOST_MODULES, REFUSED_MODULES, SAFE_CONSTRUCTORS
+from rlvr.verifiers.methods import ATTRIBUTE_BUILTINS, DATA_NAMES, data_attribute
+from rlvr.verifiers.results import ReturnedIterator, decode_value
 from rlvr.verifiers.trusted import (
     BINARY,
     BUILTINS,
-    CHECKED_ARGS,
+    CALLABLE_TYPES,
     COMPARE,
-    DATA_ATTRIBUTES,
-    HOST_MODULES,
+    MAX_DECIMAL_EXPONENT,
+    MAX_LENGTH,
     MAX_PRODUCED,
     MAX_SAME_HASH,
     MAX_STEPS,
-    MAX_LENGTH,
-    METHODS,
+    REFUSED_BUILTINS,
     SAFE_TYPES,
-    CALLABLE_TYPES,
     UNARY,
     JudgeError,
-    SET_BUILDERS,
     ProbeFailed,
     TrustedModule,
-    check_hashes,
     checked,
     materialised,
     safe_dict,
     safe_set,
     size_at_most,
-    size_of,
 )
 
 __all__ = ["CompiledAssert", "JudgeError", "MAX_SAME_HASH", "ProbeFailed", "compile_assert", "decode_value", "evaluate", "host_names"]
 
+HOST_BUILTINS: dict[str, Any] = {**BUILTINS, **ATTRIBUTE_BUILTINS}
+CONSTRUCTORS: dict[type, Callable] = {**SAFE_TYPES, **SAFE_CONSTRUCTORS}
+_CALLABLE = CALLABLE_TYPES | frozenset(SAFE_CONSTRUCTORS)
+_TYPE_TESTS = (isinstance, issubclass)  # take types as types: no constructor substituted
+_STDLIB = frozenset(name for name in sys.stdlib_module_names if not name.startswith("_"))
+_BUILTIN_NAMES = frozenset(dir(__import__("builtins")))
 
-def host_names(setup: str) -> dict[str, Any]:
-    """The names an assert resolves here: the trusted built-ins, ``math``, and what the setup
-    imports from ``math`` (``import math as m``, ``from math import isclose``). Every other name
-    belongs to the program (or to helpers the setup defines, which run beside it)."""
-    names: dict[str, Any] = {**BUILTINS, **HOST_MODULES}
+
+def host_names(setup: str) -> HostNames:
+    """The names an assert resolves here: every built-in (provided, bounded, in `HOST_BUILTINS`;
+    the rest refused when the asserts load), and what the setup imports from the modules the judge
+    provides (``import statistics``, ``from fractions import Fraction``). A standard-library
+    module used as one in an assert (``statistics.mean``) is the host's without an import too (see
+    `compile_assert`). Every other name belongs to the program (or to helpers the setup defines,
+    which run beside it)."""
+    names: dict[str, Any] = dict(HOST_BUILTINS)
     try:
         tree = ast.parse(setup or "")
     except SyntaxError as err:
@@ -96,10 +116,23 @@ def host_names(setup: str) -> dict[str, Any]:
             defined |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 defined.add(node.name)
+    shadowed = sorted((defined | set(imported)) & _BUILTIN_NAMES)
+    if shadowed:
+        raise ValueError(f"setup binds {shadowed[0]!r}, a built-in name: in the asserts every built-in is the judge's "
+                         "own, so a helper of the setup needs a name of its own")
     for name in defined | set(imported):  # a name the setup binds is the setup's (it runs in the sandbox)
         names.pop(name, None)
     names.update({name: SandboxImport(module) for name, module in imported.items() if name not in defined})
-    return names
+    return HostNames(names, setup_bound=frozenset(defined))
+
+
+class HostNames(dict):
+    """What `host_names` returns: the host's names, and the names the setup defines (its own,
+    even when a standard-library module has the same name)."""
+
+    def __init__(self, names: dict[str, Any], setup_bound: frozenset[str] = frozenset()) -> None:
+        super().__init__(names)
+        self.setup_bound = setup_bound
 
 
 @dataclass(frozen=True)
@@ -119,6 +152,12 @@ class _Probe(ast.expr):
     _fields = ("index",)
 
 
+class _Host(ast.expr):
+    """Stands in the assert's tree for a standard-library module the judge provides."""
+
+    _fields = ("value",)
+
+
 @dataclass(frozen=True)
 class CompiledAssert:
     """An assert's test with each call into the program replaced by a probe."""
@@ -131,23 +170,45 @@ _SUPPORTED = (
     ast.Constant, ast.Tuple, ast.List, ast.Set, ast.Dict, ast.Name, ast.UnaryOp, ast.BinOp, ast.BoolOp,
     ast.Compare, ast.IfExp, ast.Call, ast.Attribute, ast.Subscript, ast.Slice, ast.Lambda,
     ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.Starred, ast.keyword, ast.comprehension,
-    ast.arguments, ast.arg, ast.expr_context, ast.unaryop, ast.operator, ast.boolop, ast.cmpop, _Probe,
+    ast.arguments, ast.arg, ast.expr_context, ast.unaryop, ast.operator, ast.boolop, ast.cmpop, _Probe, _Host,
 )
 
 
 def _chain_root(node: ast.expr) -> ast.expr:
+    return _root_and_parent(node)[0]
+
+
+def _root_and_parent(node: ast.expr) -> tuple[ast.expr, ast.expr | None]:
+    """The name (or other expression) a chain of calls, attributes and subscripts starts at, and
+    the link right above it (None when the chain is the root itself)."""
+    parent = None
     while True:
         if isinstance(node, (ast.Attribute, ast.Subscript)):
-            node = node.value
+            parent, node = node, node.value
         elif isinstance(node, ast.Call):
-            node = node.func
+            parent, node = node, node.func
         else:
-            return node
+            return node, parent
 
 
-def compile_assert(k: int, source: Any, names: dict[str, Any], probes: list[str]) -> CompiledAssert:
+def _is_data_link(node: ast.AST) -> bool:
+    """THE cut: a subscript, an attribute named like one of a built-in data type, or the call of
+    one. Applied on the host to the plain value the program's part of the chain returned."""
+    if isinstance(node, ast.Call):
+        node = node.func
+    return isinstance(node, ast.Subscript) or (isinstance(node, ast.Attribute) and node.attr in DATA_NAMES)
+
+
+def compile_assert(k: int, source: Any, names: dict[str, Any], probes: list) -> CompiledAssert:
     """Split assert ``k`` into probes (appended to ``probes`` as source) and the tree judged
-    here. Raises ValueError, naming the test, for anything the judge cannot evaluate safely."""
+    here. Raises ValueError, naming the test, for anything the judge cannot evaluate safely.
+
+    THE rule: only values returned by calls into what the program (or its setup) defines cross
+    the boundary, as plain data. A name is the program's unless it is a built-in (always the
+    host's: provided, or refused here), a standard-library module used as one (``name.attr``:
+    provided, or refused here) or a name the setup imports from a provided module. A chain
+    rooted at a program name is cut before its trailing data links (`_is_data_link`): the
+    sandbox evaluates the part before, the host applies the links to the decoded value."""
     if not isinstance(source, str):
         raise ValueError(f"assert {k}: expected a string, got {type(source).__name__}")
     try:
@@ -163,13 +224,42 @@ def compile_assert(k: int, source: Any, names: dict[str, Any], probes: list[str]
         return ValueError(f"assert {k}: {what}; the judge evaluates asserts outside the sandbox "
                           f"and cannot do this safely: {source!r:.200}")
 
+    setup_bound = getattr(names, "setup_bound", frozenset())
+
+    def module_use(node: ast.Attribute, local: frozenset[str]) -> ast.AST | None:
+        """``module.attr`` with a standard-library module the assert does not otherwise bind."""
+        if not (isinstance(node.value, ast.Name) and node.value.id not in local and node.value.id in _STDLIB
+                and node.value.id not in names and node.value.id not in setup_bound):
+            return None
+        name = node.value.id
+        if name not in HOST_MODULES:
+            raise refuse(f"{name}.{node.attr} uses the standard-library module {name!r}, which the judge does not provide"
+                         + (f" ({REFUSED_MODULES[name]})" if name in REFUSED_MODULES else ""))
+        if node.attr not in HOST_MODULES[name].members:
+            raise refuse(f"{name}.{node.attr} is not provided")
+        return ast.copy_location(ast.Attribute(value=_Host(value=HOST_MODULES[name]), attr=node.attr, ctx=ast.Load()), node)
+
+    def program_root(node: ast.expr, local: frozenset[str]) -> bool:
+        root, parent = _root_and_parent(node)
+        if not isinstance(root, ast.Name) or root.id in local:
+            return False
+        value = names.get(root.id)
+        if value is None and root.id in _STDLIB and root.id not in setup_bound and isinstance(parent, ast.Attribute):
+            return False  # a module used as one: the host's (module_use provides or refuses it)
+        if root.id in REFUSED_BUILTINS:
+            raise refuse(f"{root.id!r} is a built-in the judge does not provide: it {REFUSED_BUILTINS[root.id]}")
+        if isinstance(value, SandboxImport):
+            raise refuse(f"{root.id!r} is imported by the setup ({value.module}), so it runs beside the program, "
+                         "which can patch it: write the expected value itself, or pass it into a call of the program")
+        return value is None
+
     def split(node: ast.AST, local: frozenset[str]) -> ast.AST:
+        if isinstance(node, ast.Attribute):
+            replaced = module_use(node, local)
+            if replaced is not None:
+                return replaced
         if isinstance(node, ast.expr) and not isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
-            root = _chain_root(node)
-            if isinstance(root, ast.Name) and root.id not in local and isinstance(names.get(root.id), SandboxImport):
-                raise refuse(f"{root.id!r} is imported by the setup ({names[root.id].module}), so it runs beside the program, "
-                             "which can patch it: write the expected value itself, or pass it into a call of the program")
-            if isinstance(root, ast.Name) and root.id not in local and root.id not in names:
+            if program_root(node, local) and not _is_data_link(node):
                 used = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} & local
                 if used:
                     raise refuse(f"the call into the program {ast.unparse(node)!r} uses the comprehension "
@@ -258,7 +348,11 @@ class _Interpreter:
         return getattr(self, "do_" + type(node).__name__)(node, env)
 
     def do__Probe(self, node: _Probe, env: dict) -> Any:
-        return self.probe(node.index)
+        value = self.probe(node.index)
+        return value.fresh() if isinstance(value, ReturnedIterator) else value  # each evaluation is a new call
+
+    def do__Host(self, node: _Host, env: dict) -> Any:
+        return node.value
 
     def do_Constant(self, node: ast.Constant, env: dict) -> Any:
         return node.value
@@ -327,51 +421,25 @@ class _Interpreter:
         return slice(*(self.run(p, env) if p is not None else None for p in (node.lower, node.upper, node.step)))
 
     def do_Attribute(self, node: ast.Attribute, env: dict) -> Any:
-        owner = self.run(node.value, env)
-        if isinstance(owner, TrustedModule):
-            return owner.members[node.attr]
-        if node.attr in DATA_ATTRIBUTES.get(type(owner), ()):
-            return getattr(owner, node.attr)
-        raise JudgeError(f"attribute {node.attr!r} of {type(owner).__name__} is not available to the judge")
+        return data_attribute(self.run(node.value, env), node.attr)
 
     def do_Call(self, node: ast.Call, env: dict) -> Any:
-        method = isinstance(node.func, ast.Attribute) and not (
-            isinstance(node.func.value, ast.Name) and node.func.value.id not in env and isinstance(self.names.get(node.func.value.id), TrustedModule))
-        owner: Any = None
-        if method:
-            owner = self.run(node.func.value, env)
-            if node.func.attr not in METHODS.get(type(owner), ()):
-                raise JudgeError(f"method {node.func.attr!r} of {type(owner).__name__} is not available to the judge")
-            fn = getattr(owner, node.func.attr)
-        else:
-            fn = self.run(node.func, env)
+        fn = self.run(node.func, env)
         args = self.items(node.args, env)
         kwargs = {}
         for kw in node.keywords:
             if kw.arg is None:
                 raise JudgeError("** in a call is not supported")
             kwargs[kw.arg] = self.run(kw.value, env)
+        if fn not in _TYPE_TESTS:  # a type passed as a function (map(set, xs), key=str) is its bounded constructor
+            args = [CONSTRUCTORS.get(a, a) if isinstance(a, type) else a for a in args]
+            kwargs = {key: CONSTRUCTORS.get(v, v) if isinstance(v, type) else v for key, v in kwargs.items()}
         if isinstance(fn, type):
-            if fn not in CALLABLE_TYPES:
+            if fn not in _CALLABLE:
                 raise JudgeError(f"{fn.__name__} is not callable by the judge")
-            fn = SAFE_TYPES.get(fn, fn)
+            fn = CONSTRUCTORS.get(fn, fn)
         elif not callable(fn):
             raise JudgeError(f"{type(fn).__name__} is not callable")
-        if isinstance(node.func, ast.Attribute) and method:
-            attr = node.func.attr
-            if attr in CHECKED_ARGS and args and isinstance(args[0], int) and args[0] > MAX_LENGTH:
-                raise JudgeError("width too large")
-            if attr == "replace" and len(args) >= 2 and type(args[0]) is type(owner) and type(args[1]) is type(owner):
-                count = owner.count(args[0]) if args[0] else len(owner) + 1
-                if len(owner) + count * len(args[1]) > MAX_LENGTH:
-                    raise JudgeError("replacement too large")
-            if attr in SET_BUILDERS and isinstance(owner, (set, frozenset)):
-                args = [materialised(a, "set argument") for a in args]
-                check_hashes([*owner, *(x for a in args for x in a)], "set")
-            if attr == "join" and args:
-                args[0] = materialised(args[0], "join")
-                if sum(size_of(x) for x in args[0]) + len(owner) * len(args[0]) > MAX_LENGTH:
-                    raise JudgeError("join too large")
         return checked(fn(*args, **kwargs))
 
     def do_Lambda(self, node: ast.Lambda, env: dict) -> Any:
@@ -427,4 +495,9 @@ class _Interpreter:
 def evaluate(compiled: CompiledAssert, names: dict[str, Any], probe: Callable[[int], Any], deadline: float) -> bool:
     """The assert's verdict. Raises JudgeError (or whatever the evaluation raises, as Python
     would: a TypeError comparing ``str`` with ``int`` is a failed test) when it does not pass."""
-    return bool(_Interpreter(names, probe, deadline).run(compiled.tree, {}))
+    with decimal.localcontext(_DECIMALS):
+        return bool(_Interpreter(names, probe, deadline).run(compiled.tree, {}))
+
+
+# Decimal arithmetic on the host: 28 digits, exponents bounded (int() of any result stays small).
+_DECIMALS = decimal.Context(prec=28, Emax=MAX_DECIMAL_EXPONENT, Emin=-MAX_DECIMAL_EXPONENT)

@@ -80,7 +80,7 @@ def _serve(jobs: list[dict], limits: Limits) -> list[SandboxRun]:
     as_root = os.geteuid() == 0
     uid_base = sandbox_uids(len(jobs)) if as_root else None  # job n runs as uid_base + n
     header = {"pid_namespace": True, "seccomp": seccomp.job_entry() if seccomp else None, "limits": limits.runner_limits(),
-              "uid_base": uid_base, "jobs": len(jobs)}
+              "uid_base": uid_base, "jobs": len(jobs), "tmp_inodes": limits.tmp_files}
     options, command = _bwrap_args(limits, as_root)
     args_fd = _pipe_with(b"".join(a.encode() + b"\0" for a in options))
     try:

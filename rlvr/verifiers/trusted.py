@@ -1,16 +1,22 @@
-"""What python_code's judge trusts: the built-ins, `math`, and the methods of plain data it may
-call, each bounded so that no test can make the host's evaluation slow or large.
+"""What python_code's judge trusts: the built-ins, `math`, the operators, each bounded so that no
+test can make the host's evaluation slow or large.
 
-Every operation that can cost more than linear time or build more than it reads (`**`, `<<`,
-repetition, `range`, `sum` of sequences, `str.join`/`replace`/padding, `round`, `math.factorial`,
-`prod`, `lcm`, sets and dicts of colliding hashes, values that alias one large value) is checked
-before it runs; anything past the bounds is a `JudgeError`, which fails that test.
+Every operation that can cost more than linear time or build more than it reads (`**` on ints and
+Fractions, `<<`, repetition, `range`, `sum` of sequences, `round`, `math.factorial`, `prod`, `lcm`,
+sets and dicts of colliding hashes, set operators on sets and dict views, values that alias one
+large value) is checked before it runs; anything past the bounds is a `JudgeError`, which fails
+that test. Every name of `builtins` is either in `BUILTINS` (or `methods.ATTRIBUTE_BUILTINS`) or in
+`REFUSED_BUILTINS` with the reason. Methods of data are in `methods.py`, standard-library modules
+in `host_modules.py`.
 """
 
 from __future__ import annotations
 
 import ast
 import builtins
+import collections
+import decimal
+import fractions
 import math
 import operator
 from typing import Any, Callable
@@ -21,6 +27,8 @@ MAX_INT_BITS = 1 << 17  # ~39,000 decimal digits: any test's answer, never a sta
 MAX_LENGTH = 1_000_000  # items or characters of anything the judge builds
 MAX_STEPS = 250_000  # interpreter steps per assert; each step's own work is bounded separately
 MAX_SAME_HASH = 32  # members of one set or dict sharing a hash (honest data: ~1)
+MAX_FRACTION_BITS = 1 << 13  # numerator and denominator together: each addition runs a gcd, superlinear
+MAX_DECIMAL_EXPONENT = 10_000  # a Decimal's adjusted exponent: int() of one stays under MAX_INT_BITS
 MAX_PRODUCED = 2 * MAX_LENGTH  # logical size of all comprehensions and lambdas build, per assert
 
 
@@ -179,21 +187,51 @@ def safe_bytes(*args: Any) -> bytes:
     return bytes(*args)
 
 
+def safe_int(*args: Any) -> int:
+    if args and isinstance(args[0], decimal.Decimal) and args[0].is_finite() and args[0].adjusted() > MAX_DECIMAL_EXPONENT:
+        raise JudgeError("int() of a Decimal too large")
+    return checked(int(*args))
+
+
+def safe_iter(*args: Any) -> Any:
+    if len(args) != 1:
+        raise JudgeError("iter() takes one argument in the judge (a callable and a sentinel could loop forever)")
+    return iter(args[0])
+
+
 BUILTINS: dict[str, Any] = {
     name: getattr(builtins, name)
     for name in (
-        "abs", "all", "any", "bool", "chr", "complex", "divmod", "enumerate", "filter", "float", "int",
-        "isinstance", "len", "list", "map", "max", "min", "ord", "reversed", "sorted",
-        "tuple", "zip", "hex", "oct", "bin", "callable",
+        "abs", "all", "any", "bool", "chr", "complex", "divmod", "enumerate", "filter", "float",
+        "isinstance", "issubclass", "len", "list", "map", "max", "min", "ord", "reversed", "sorted",
+        "tuple", "zip", "hex", "oct", "bin", "callable", "next", "slice", "hash", "Ellipsis", "NotImplemented",
+        "set", "frozenset", "dict", "bytes", "str", "range", "int",
     )
 }
-BUILTINS.update(range=bounded_range, set=safe_set, frozenset=safe_frozenset, dict=safe_dict, pow=safe_pow,
-                 bytes=safe_bytes, sum=safe_sum, round=safe_round, type=safe_type,
-                 str=printable(str), repr=printable(repr), ascii=printable(ascii))
-# Calling a type the data can carry (``type(x)(...)``) goes through the same bounded versions.
+# Exception types: for isinstance/issubclass (calling one builds a harmless exception object).
+BUILTINS.update({name: value for name, value in vars(builtins).items() if isinstance(value, type) and issubclass(value, BaseException)})
+BUILTINS.update(pow=safe_pow, sum=safe_sum, round=safe_round, type=safe_type, iter=safe_iter,
+                repr=printable(repr), ascii=printable(ascii))
+# A type's name binds the type itself (``isinstance(x, set)``, ``type(x) is dict``); calling it, or
+# passing it to a function that will (``map(set, xs)``), goes through its bounded constructor.
 SAFE_TYPES: dict[type, Callable] = {set: safe_set, frozenset: safe_frozenset, dict: safe_dict, bytes: safe_bytes,
-                                     str: BUILTINS["str"], type: safe_type, range: bounded_range}
+                                    str: printable(str), type: safe_type, range: bounded_range, int: safe_int}
 CALLABLE_TYPES = frozenset([type(None), *SAFE_TYPES, *(v for v in BUILTINS.values() if isinstance(v, type))])
+
+# Built-in names the judge refuses when the tests load, with the reason (every other name of
+# `builtins` is in BUILTINS or provided by `methods.py`: getattr, hasattr, format).
+_REFUSED = {
+    "runs code on the host": "eval exec compile __import__ breakpoint __build_class__",
+    "does input or output": "open input print help",
+    "shows the judge's own state (names, identities)": "globals locals vars dir id",
+    "changes objects": "setattr delattr",
+    "builds classes or objects": "object property classmethod staticmethod super",
+    "builds a mutable buffer, which is not data": "bytearray memoryview",
+    "is asynchronous": "aiter anext",
+    "is an interactive helper": "exit quit copyright credits license",
+    "is a module attribute of the judge": "__debug__ __doc__ __loader__ __name__ __package__ __spec__",
+}
+REFUSED_BUILTINS: dict[str, str] = {name: reason for reason, names in _REFUSED.items() for name in names.split()}
 
 MATH_NAMES = (
     "acos", "acosh", "asin", "asinh", "atan", "atan2", "atanh", "ceil", "copysign", "cos", "cosh", "degrees",
@@ -214,31 +252,6 @@ class TrustedModule:
         self.name, self.members = name, members
 
 
-HOST_MODULES = {"math": TrustedModule("math", MATH)}
-
-# Methods of plain data the judge may call: none mutates, each costs at most linear time
-# in its receiver and arguments (``replace``, the padding methods are checked separately).
-STR_METHODS = frozenset(
-    "capitalize casefold center count endswith find index isalnum isalpha isascii isdecimal isdigit "
-    "isidentifier islower isnumeric isspace istitle isupper join ljust lower lstrip partition "
-    "removeprefix removesuffix replace rfind rindex rjust rpartition rsplit rstrip split splitlines "
-    "startswith strip swapcase title upper zfill encode".split()
-)
-METHODS: dict[type, frozenset[str]] = {
-    str: STR_METHODS,
-    bytes: frozenset("count decode endswith find hex index lower split startswith strip upper".split()),
-    list: frozenset(["count", "index", "copy"]),
-    tuple: frozenset(["count", "index"]),
-    dict: frozenset(["get", "items", "keys", "values", "copy"]),
-    set: frozenset("copy difference intersection isdisjoint issubset issuperset symmetric_difference union".split()),
-    frozenset: frozenset("copy difference intersection isdisjoint issubset issuperset symmetric_difference union".split()),
-    int: frozenset(["bit_length", "bit_count", "conjugate"]),
-    float: frozenset(["is_integer", "conjugate", "hex"]),
-    complex: frozenset(["conjugate"]),
-}
-DATA_ATTRIBUTES = {int: frozenset(["real", "imag"]), float: frozenset(["real", "imag"]), complex: frozenset(["real", "imag"])}
-
-
 # ----------------------------------------------------------------------- operators, bounded
 
 
@@ -247,8 +260,11 @@ def size_of(value: Any) -> int:
 
 
 def power(base: Any, exp: Any) -> Any:
-    if isinstance(base, int) and isinstance(exp, int) and exp > 0 and abs(base) > 1:
-        if exp * base.bit_length() > MAX_INT_BITS:
+    if isinstance(exp, fractions.Fraction) and exp.denominator == 1:
+        exp = exp.numerator  # a Fraction power with an integral exponent is exact: as large as an int one
+    if isinstance(base, (int, fractions.Fraction)) and isinstance(exp, int) and abs(exp) > 1:
+        bits = base.bit_length() if isinstance(base, int) else base.numerator.bit_length() + base.denominator.bit_length()
+        if bits > 1 and abs(exp) * bits > (MAX_INT_BITS if isinstance(base, int) else MAX_FRACTION_BITS):
             raise JudgeError("power too large")
     return base**exp
 
@@ -256,13 +272,17 @@ def power(base: Any, exp: Any) -> Any:
 def checked(value: Any) -> Any:
     if type(value) is int and value.bit_length() > MAX_INT_BITS:
         raise JudgeError("integer too large")
+    if type(value) is fractions.Fraction and value.numerator.bit_length() + value.denominator.bit_length() > MAX_FRACTION_BITS:
+        raise JudgeError("fraction too large")
+    if type(value) is decimal.Decimal and value.is_finite() and abs(value.adjusted()) > MAX_DECIMAL_EXPONENT:
+        raise JudgeError("decimal exponent out of range")  # int() or format() of it would be huge
     if size_of(value) > MAX_LENGTH:
         raise JudgeError("value too large")
     return value
 
 
 def repeat(seq: Any, n: Any) -> Any:
-    if isinstance(n, int) and n > 0 and isinstance(seq, (str, bytes, list, tuple)):
+    if isinstance(n, int) and n > 0 and isinstance(seq, (str, bytes, list, tuple, collections.deque)):
         per_copy = size_at_most(seq, MAX_LENGTH // n + 1) - 1  # the items, nested ones included
         if len(seq) * n > MAX_LENGTH or per_copy * n > MAX_LENGTH:
             raise JudgeError("repetition too large")
@@ -289,10 +309,26 @@ def modulo(a: Any, b: Any) -> Any:
     return a % b
 
 
+HASHED = (set, frozenset, type({}.keys()), type({}.items()))  # operands a set operator rebuilds
+
+
+def set_operator(op: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """``|``, ``&``, ``-``, ``^`` on sets or dict views build a set of both operands' members in
+    one C call no deadline interrupts: their hashes are checked first (counted together)."""
+    def bounded(a: Any, b: Any) -> Any:
+        if isinstance(a, HASHED) or isinstance(b, HASHED):
+            members = [*materialised(a, "set operand"), *materialised(b, "set operand")] if hasattr(b, "__iter__") and hasattr(a, "__iter__") else []
+            check_hashes(members, "set operation")
+        return op(a, b)
+    bounded.__name__ = op.__name__
+    return bounded
+
+
 BINARY: dict[type, Callable[[Any, Any], Any]] = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: multiply, ast.Div: operator.truediv,
+    ast.Add: operator.add, ast.Sub: set_operator(operator.sub), ast.Mult: multiply, ast.Div: operator.truediv,
     ast.FloorDiv: operator.floordiv, ast.Mod: modulo, ast.Pow: power, ast.LShift: shift_left,
-    ast.RShift: operator.rshift, ast.BitOr: operator.or_, ast.BitAnd: operator.and_, ast.BitXor: operator.xor,
+    ast.RShift: operator.rshift, ast.BitOr: set_operator(operator.or_), ast.BitAnd: set_operator(operator.and_),
+    ast.BitXor: set_operator(operator.xor),
 }
 UNARY: dict[type, Callable[[Any], Any]] = {ast.UAdd: operator.pos, ast.USub: operator.neg, ast.Invert: operator.invert, ast.Not: operator.not_}
 COMPARE: dict[type, Callable[[Any, Any], bool]] = {
@@ -300,5 +336,3 @@ COMPARE: dict[type, Callable[[Any, Any], bool]] = {
     ast.Gt: operator.gt, ast.GtE: operator.ge, ast.Is: operator.is_, ast.IsNot: operator.is_not,
     ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
 }
-SET_BUILDERS = frozenset(["union", "intersection", "difference", "symmetric_difference"])  # hashes checked first
-CHECKED_ARGS = {"center", "ljust", "rjust", "zfill"}  # width arguments: bounded before the call

@@ -12,6 +12,12 @@ float approximation), so every rule here errs towards 0. Public entry points:
 * :func:`boxed_math` -- the reward, 1.0 or 0.0;
 * :func:`extract_last_boxed` -- the answer a completion commits to.
 
+Normalisation splits an answer into its value and its unit (``7\\text{ cm}^2`` is 7 and
+``cm^2``): units are compared, never erased (``equal._units_match``); a label is dropped
+only when it is not on the other side (``normalise._drop_assignment``); spellings that TeX
+renders the same are one form (``forms._canonical``). docs/verifiers.md lists every rule
+and the decisions behind it.
+
 Answers are compared in three tiers, cheapest first:
 
 1. equal strings after :func:`_normalise` (applied to both sides);
@@ -49,11 +55,11 @@ Fuzzing inside these bounds found no input slower than about half a second.
 
 from __future__ import annotations
 
-from rlvr.verifiers.math.equal import _Budget, _equivalent, _symbolic_verdict
+from rlvr.verifiers.math.equal import _Budget, _same_answer, _symbolic_verdict
 from rlvr.verifiers.math.extract import MAX_ANSWER_CHARS, _boxes, _unwrap_nested, extract_last_boxed
 from rlvr.verifiers.math.fast import _exact
 from rlvr.verifiers.math.forms import _canonical
-from rlvr.verifiers.math.normalise import _exact_number, _normalise, _normalise_cached
+from rlvr.verifiers.math.normalise import _exact_number, _normalise_cached, _normalise_parts
 from rlvr.verifiers.math.parse import _to_sympy
 
 __all__ = ["MAX_ANSWER_CHARS", "answer_key", "boxed_math", "clear_caches", "extract_last_boxed"]
@@ -79,22 +85,22 @@ def _verdict(completion: str, answer: str) -> bool:
     boxes = _boxes(completion)
     if not boxes or any(b is None or len(b) > MAX_ANSWER_CHARS for b in boxes):
         return False  # malformed, unclosed or oversized box anywhere: no clean answer
-    gold = _normalise(_unwrap_nested(answer))
-    final = _normalise(_unwrap_nested(boxes[-1]))  # type: ignore[arg-type]
+    gold = _normalise_parts(_unwrap_nested(answer))
+    final = _normalise_parts(_unwrap_nested(boxes[-1]))  # type: ignore[arg-type]
     budget = _Budget()
-    if not gold or not final or not _equivalent(final, gold, budget):
+    if not gold.value or not final.value or not _same_answer(final, gold, budget):
         return False
     # Hedging guard: every other non-empty box must be the same answer. Empty boxes
     # (an echoed "put it in \boxed{}") are ignored; repeats are checked once, in
     # order (dicts, not sets), so that the budget makes the same verdict every run.
-    others: dict[str, None] = {}
+    others: dict[tuple[str, str], None] = {}
     for raw in dict.fromkeys(boxes[:-1]):
-        norm = _normalise(_unwrap_nested(raw))  # type: ignore[arg-type]
-        if norm and norm != final:
+        norm = _normalise_parts(_unwrap_nested(raw))  # type: ignore[arg-type]
+        if norm.value and norm != final:
             others[norm] = None
             if len(others) > _MAX_DISTINCT_BOXES:
                 return False
-    return all(_equivalent(other, gold, budget) for other in others)
+    return all(_same_answer(other, gold, budget) for other in others)  # type: ignore[arg-type]
 
 
 def boxed_math(completion: str, answer: str) -> float:
@@ -128,18 +134,18 @@ boxed_math.warm_up = _warm_up  # type: ignore[attr-defined]
 
 
 def _spelling(box: str) -> str:
-    norm = _normalise(_unwrap_nested(box))
+    norm, unit, _ = _normalise_parts(_unwrap_nested(box))
     value = _exact_number(norm)
-    if value is None or isinstance(value, str):
-        return norm
-    return str(value)  # 0.5, 1/2 and \frac{1}{2} are one vote: "1/2"
+    if value is not None and not isinstance(value, str):
+        norm = str(value)  # 0.5, 1/2 and \frac{1}{2} are one vote: "1/2"
+    return f"{norm} [{unit}]" if norm and unit else norm  # 7 cm and 7 m are two votes
 
 
 def answer_key(completion: str) -> str | None:
     """The final answer a completion commits to, spelled canonically, for majority voting
     (maj@k): plain numbers as exact fractions ("0.50", "1/2" and "\\frac{1}{2}" give "1/2"),
     anything else as boxed_math's normalised spelling (symbolic equivalents such as "2x" and
-    "x+x" stay two votes). None when boxed_math could never accept the completion's boxes:
+    "x+x" stay two votes), then the unit if any ("7 [cm]"). None when boxed_math could never accept the completion's boxes:
     no box, a malformed or oversized one, or boxes with different answers (a hedge casts no vote).
 
     >>> answer_key(r"so \\boxed{0.50}"), answer_key(r"\\boxed{1} or \\boxed{2}")

@@ -27,6 +27,7 @@ _SYNONYMS = {
     "\\ne": "\\neq", "\\lt": "<", "\\gt": ">", "\\lbrace": "\\{", "\\rbrace": "\\}",
     "\\lbrack": "[", "\\rbrack": "]", "\\lvert": "|", "\\rvert": "|", "\\vert": "|",
     "\\to": "\\rightarrow", "\\emptyset": "\\varnothing", "\\lor": "\\vee", "\\land": "\\wedge",
+    "\\mid": "|", "\\lparen": "(", "\\rparen": ")", "\\ne": "\\neq",
 }
 _OPEN = frozenset({"(", "[", "{", "\\{"})
 _CLOSE = frozenset({")", "]", "}", "\\}"})
@@ -49,16 +50,86 @@ def _tokens(s: str) -> list[tuple[str, int, int]]:
     return out
 
 
+# Functions whose one-token argument may be written with or without parentheses.
+_FUNCTIONS = frozenset(
+    "\\sin \\cos \\tan \\cot \\sec \\csc \\arcsin \\arccos \\arctan \\sinh \\cosh \\tanh "
+    "\\log \\ln \\lg \\exp".split()
+)
+# Operands that make \times a cross product, not multiplication.
+_VECTOR = ("\\mathbf", "\\vec", "\\boldsymbol", "\\overrightarrow", "\\bm")
+_TAKES_ONE_DIGIT = frozenset({"\\frac", "\\sqrt", "^", "_"})
+_PREFIX_PLUS_AFTER = frozenset({"(", "[", "{", "\\{", ",", "\\cup", *_RELATIONS})
+
+
 @functools.lru_cache(maxsize=8192)
 def _canonical(s: str) -> tuple[str, ...]:
-    """The answer's tokens as TeX reads them: blind to spacing (outside text) and to
-    synonyms (``\\le`` / ``\\leq``). Equal forms are the same answer; different forms
-    may still be (the other tiers decide those).
+    """The answer's tokens as TeX reads them, so that spellings TeX renders the same are
+    one form (rule "same rendering, same answer"). Blind to:
+
+    * spacing (outside text) and synonyms (``\\le`` / ``\\leq``, ``\\lbrace`` / ``\\{``);
+    * optional braces: a group of one token is that token, as TeX reads an argument
+      (``x^{2}`` is ``x^2``, ``\\frac{1}{2}`` is ``\\frac12``; ``x^{10}`` is not
+      ``x^10``, which TeX reads as ``x^1 0``: an argument written without braces is
+      one digit);
+    * parentheses around one token after a function (``\\sin(x)`` is ``\\sin x``,
+      ``\\sin^2(x)`` is ``\\sin^2 x``);
+    * ``:`` and ``|`` inside ``\\{ \\}`` (set-builder "such that");
+    * a prefix ``+`` (``+\\infty`` is ``\\infty``; not before a sign: ``+-3`` is a hedge);
+    * the multiplication sign: ``\\times``, ``*`` and ``\\cdot`` are one sign, dropped
+      before anything but a digit (``2\\cdot\\sin x`` is ``2\\sin x``; ``2\\cdot 3`` is not
+      ``23``), except next to a vector (``\\mathbf{a}\\times\\mathbf{b}`` is a cross product).
+
+    Equal forms are the same answer; different forms may still be (the other tiers
+    decide those).
 
     >>> _canonical(r"x\\le 3") == _canonical(r"x \\leq 3")
     True
     """
-    return tuple(tok for tok, _, _ in _tokens(s))
+    toks: list[str] = []
+    for tok, _, _ in _tokens(s):
+        if tok[0].isdigit() and len(tok) > 1 and toks and toks[-1] in _TAKES_ONE_DIGIT:
+            # "\frac12" is \frac{1}{2}, "x^10" is x^{1}0: arguments without braces are digits
+            split = 2 if toks[-1] == "\\frac" else 1
+            toks.extend(tok[:split])
+            tok = tok[split:]
+            if not tok:
+                continue
+        toks.append(tok)
+        closes = {"}": "{", ")": "("}.get(tok)
+        if closes and len(toks) >= 3 and toks[-3] == closes and _one_token(toks[-2]):
+            if tok == "}" or _after_function(toks[:-3]):
+                toks[-3:] = [toks[-2]]
+    out: list[str] = []
+    braces = 0  # inside \{ ... \}, where ":" and "|" both say "such that"
+    for i, tok in enumerate(toks):
+        braces += (tok == "\\{") - (tok == "\\}")
+        if tok == ":" and braces > 0:
+            tok = "|"
+        after = toks[i + 1] if i + 1 < len(toks) else ""
+        if tok == "+" and (not out or out[-1] in _PREFIX_PLUS_AFTER) and after not in ("+", "-"):
+            continue
+        if tok in ("\\times", "*", "\\cdot"):
+            if any(t.startswith(_VECTOR) for t in (out[-1] if out else "", after)):
+                out.append(tok)
+                continue
+            if out and after and not (after[0].isdigit() or after[0] == "."):
+                continue
+            tok = "\\cdot"
+        out.append(tok)
+    return tuple(out)
+
+
+def _after_function(toks: list[str]) -> bool:
+    """Whether ``toks`` ends with a function name, maybe raised to a one-token power
+    (``\\sin``, ``\\sin^2``), so that parentheses after it are optional around one token."""
+    if toks and toks[-1] in _FUNCTIONS:
+        return True
+    return len(toks) >= 3 and toks[-2] == "^" and toks[-3] in _FUNCTIONS
+
+
+def _one_token(tok: str) -> bool:
+    """Whether braces around ``tok`` are optional: a character or a control word."""
+    return len(tok) == 1 and tok not in "{}()" or tok[0] == "\\" and tok[1:2].isalpha()
 
 
 def _top_level(s: str, wanted: frozenset[str]) -> list[tuple[str, int, int]] | None:

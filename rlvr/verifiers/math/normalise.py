@@ -1,8 +1,9 @@
 """Normalisation (both sides) and the exact-number fast path (no sympy).
 
-:func:`_normalise` gives the canonical spelling of an answer; :func:`_same_number`
-compares plain numbers (integers, decimals, ``a/b``, ``\\frac{a}{b}``) exactly with
-:class:`fractions.Fraction`.
+:func:`_normalise_parts` gives the canonical spelling of an answer and the unit it
+names (:func:`_normalise` the spelling alone); :func:`_units_match` says whether a
+candidate's unit may answer a gold's; :func:`_same_number` compares plain numbers
+(integers, decimals, ``a/b``, ``\\frac{a}{b}``) exactly with :class:`fractions.Fraction`.
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ import functools
 import re
 import sys
 from fractions import Fraction
+from typing import NamedTuple
 
-from rlvr.verifiers.math.extract import _A
+from rlvr.verifiers.math.extract import _A, _match_brace
+from rlvr.verifiers.math.forms import _tokens
 
 _MAX_FAST_DIGITS = 4000  # below CPython's default int<->str limit of 4300 digits
 
@@ -21,18 +24,64 @@ _MAX_FAST_DIGITS = 4000  # below CPython's default int<->str limit of 4300 digit
 _DELIMITER_SIZES = re.compile(
     r"\\(?:left|right)(?![A-Za-z])(?:\s*\.)?|\\(?:big|Big|bigg|Bigg)[lrm]?(?![A-Za-z])", _A
 )
-# "1\,000": a thin space between digit groups is a thousands separator, like "{,}"
-# (the groups are checked later, as for commas).
-_THIN_THOUSANDS = re.compile(r"(?<=[0-9])\\,(?=[0-9]{3}(?![0-9]))", _A)
-# Spacing commands become a space; a "\\\\" line break (a matrix row) is kept whole.
-_SPACING = re.compile(r"(\\\\)|\\(?:quad|qquad|displaystyle)(?![A-Za-z])|\\[!,;: ]|~", _A)
-_FRAC_VARIANTS = re.compile(r"\\(?:[dt]frac|cfrac(?:\[[lrc]\])?)(?![A-Za-z])", _A)
-_WHITESPACE = re.compile(r"\s+", _A)
-_ASSIGNMENT = re.compile(r"^[A-Za-z]\s*=(?!=)\s*", _A)
-# A whole answer in text or font commands: "\text{(C)}", "\textbf{(C)}", "\mathrm{e}".
-_TEXT_WRAP = re.compile(
-    r"^\\(?:text|textrm|textbf|textit|textsf|mathrm|mathbf|mathit|mathsf|mbox|emph)\{([^{}]*)\}$", _A
+# Rule "same rendering, same answer": control words that typeset exactly the character
+# they name are that character (\lbrace is \{, \mid and \vert are |).
+_DELIMITER_WORDS = {
+    "lbrace": "\\{", "rbrace": "\\}", "lbrack": "[", "rbrack": "]",
+    "mid": "|", "vert": "|", "lvert": "|", "rvert": "|", "lparen": "(", "rparen": ")",
+}
+_DELIMITER_WORD = re.compile(r"\\(" + "|".join(_DELIMITER_WORDS) + r")(?![A-Za-z])", _A)
+# Thousands separators that can only be thousands separators: "1\,000", "11,\!111",
+# "11{,}111" (a thin space, a comma pulled tight by a negative thin space, a braced
+# comma); groups of three only. A plain "," is decided later (a list or a number?).
+_THIN_THOUSANDS = re.compile(
+    r"(?<=[0-9])(?:\\,|\\!\s*,(?:\s*\\!)?|,\s*\\!|\{,\}(?:\s*\\!)?)\s*(?=[0-9]{3}(?![0-9]))", _A
 )
+# "1 000 000": TeX ignores a space in math, so digits on both sides of one are one
+# number; read as a thousands separator, groups of three only (as commas are).
+_SPACE_THOUSANDS = re.compile(r"(?<=[0-9]) (?=[0-9]{3}(?![0-9]))", _A)
+# Spacing and style commands become a space; a "\\\\" line break (a matrix row) is kept whole.
+_SPACING = re.compile(
+    r"(\\\\)|\\(?:quad|qquad|displaystyle|textstyle|scriptstyle|scriptscriptstyle)(?![A-Za-z])|\\[!,;: ]|~",
+    _A,
+)
+_FRAC_VARIANTS = re.compile(r"\\(?:[dt]frac|cfrac(?:\[[lrc]\])?)(?![A-Za-z])", _A)
+_OVER = re.compile(r"\\over(?![A-Za-z])", _A)
+_WHITESPACE = re.compile(r"\s+", _A)
+_GREEK_NAMES = (
+    "alpha|beta|gamma|delta|epsilon|varepsilon|zeta|eta|theta|vartheta|iota|kappa|lambda|mu|nu"
+    "|xi|rho|sigma|tau|upsilon|phi|varphi|chi|psi|omega"
+)
+_VARIABLE = rf"(?:[A-Za-z]|\\(?:{_GREEK_NAMES})(?![A-Za-z]))"
+# A label names the quantity an answer gives: x, \theta, x_1, V_{1}, f(x), P(A), (x, y),
+# AB, |AB|, \angle ABC, \overline{AB}, \frac{NO}{BO}, and ratios of them (V_1:V_2).
+_NAME = rf"{_VARIABLE}(?:_(?:\{{[A-Za-z0-9]+\}}|[A-Za-z0-9]))?"
+_LABEL_ATOM = (
+    rf"{_NAME}(?:\([^()=]*\))?|\((?:\s*{_NAME}\s*,)+\s*{_NAME}\s*\)|[A-Z]{{2,4}}"
+    rf"|\|\s*[A-Z]{{1,4}}\s*\||\\angle\s*[A-Z]{{1,3}}|\\overline\{{[A-Z]{{2,4}}\}}"
+    rf"|\\frac\{{[A-Z]{{1,4}}\}}\{{[A-Z]{{1,4}}\}}"
+)
+_LABEL = rf"(?:{_LABEL_ATOM})(?:\s*:\s*(?:{_LABEL_ATOM}))*"
+_LABEL_RE = re.compile(_LABEL, _A)
+_LEADING_ASSIGNMENT = re.compile(rf"^({_LABEL})\s*(?:=(?!=)|\\in(?![A-Za-z]))\s*", _A)
+_TRAILING_ASSIGNMENT = re.compile(rf"(?<![<>!=:\\])=\s*({_VARIABLE})$", _A)
+_FUNCTION_ARGUMENT = re.compile(r"\([^()]*\)$", _A)
+_LETTER = re.compile("[A-Za-z]", _A)
+# ASCII relations: "x <= 1" is x \le 1.
+_ASCII_RELATION = re.compile(r"<=|>=", _A)
+# Every text and font command: a font is a font, its argument is text ("\textbf{meters}").
+_FONT = (
+    r"\\(?:text|textrm|textnormal|textup|textbf|textit|textsf|texttt|textsl|emph"
+    r"|mathrm|mathit|mathbf|mathsf|mathtt|mbox|operatorname)"
+)
+# Separators that can only separate items: ";" ("(4;0;6)", "-12;-11"), a comma in text
+# ("-1\text{, }2"), and \quad or \qquad between two complete parts ("-1 \qquad 2").
+_TEXT_COMMA = re.compile(rf"{_FONT}\{{\s*[,;]\s*\}}", _A)
+_QUAD_SEPARATOR = re.compile(
+    r"(?<=[0-9)\]}])\s*\\q?quad(?![A-Za-z])\s*(?=[-+]?(?:[0-9(\[]|\\\{|\\[dt]?frac|\\sqrt))", _A
+)
+# A whole answer in text or font commands: "\text{(C)}", "\textbf{(C)}", "\mathrm{e}".
+_TEXT_WRAP = re.compile(rf"^{_FONT}\{{([^{{}}]*)\}}$", _A)
 _TRAILING_ZEROS = re.compile(r"^(-?[0-9]+)\.0+$", _A)
 _THOUSANDS = re.compile(r"-?[0-9]{1,3}(?:(?:,|\{,\})[0-9]{3})+(?:\.[0-9]+)?", _A)
 _NUMBER = re.compile(
@@ -45,81 +94,234 @@ _MIXED = re.compile(r"(-?)([0-9]+) ?\\frac(?:\{([0-9]+)\}\{([0-9]+)\}|([0-9])([0
 # "0.1\overline{6}": a repeating decimal, exactly 1/6.
 _REPEATING = re.compile(r"(-?)([0-9]*)\.([0-9]*)\\overline ?(?:\{([0-9]+)\}|([0-9]))", _A)
 
-# ----------------------------------------------------------------------------- suffixes
-# Suffixes dropped from the end of an answer. Text is dropped only when every word is
-# a unit: text that says anything else ("(or 43)", "-- no wait, 42", ", 3") stays, so
-# the answer does not parse and the hedging guard sees it.
-_TEXT_SUFFIX = re.compile(
-    r"\s*\\(?:text|textrm|mathrm|mbox)\{([^{}]*)\}(?:\s*\^\s*(?:[23]|\{\s*[23]\s*\}))?$", _A
-)
-_DEGREE_SUFFIX = re.compile(  # 45^\circ, 45^{\circ}, 45\degree, 45°, each optionally then C or F
-    r"\s*(?:\^\s*(?:\\circ|\{\s*\\circ\s*\})|\\degree(?![A-Za-z])|\u00b0)"
-    r"\s*(?:\\(?:text|textrm|mathrm|mbox)\{\s*[CF]\s*\}|[CF])?$",
+# ------------------------------------------------------------------------------- units
+# Rule "units compared, not erased": a unit at the end of an answer is split off and
+# kept beside the value, in one canonical spelling ("\text{ cm}^2", "\mathrm{cm}^{2}",
+# "\text{ square centimeters}" and "cm^2" are all "cm^2"), and equal.py compares it
+# (:func:`_units_match`). Text is split off only when every word of it is a unit from
+# the table below: text that says anything else ("(or 43)", "-- no wait, 42", ", 3")
+# stays, so the answer does not parse and the hedging guard sees it.
+
+_POWER = r"\^\s*(?:[23]|\{\s*[23]\s*\})"
+# One piece of a unit suffix, matched at the end of what is left: a text group (a
+# power may follow it), a degree sign, a percent sign, or a "/" or "\cdot" between units.
+_UNIT_PIECE = re.compile(
+    rf"\s*(?:{_FONT}\s*\{{[^{{}}]*\}}(?:\s*{_POWER})?"
+    r"|(?:\^\s*(?:\\circ|\{\s*\\circ\s*\})|\\degree(?![A-Za-z])|\u00b0)(?:\s*[CF])?"
+    r"|\\?%|/|\\cdot(?![A-Za-z]))$",
     _A,
 )
-_PERCENT_SUFFIX = re.compile(r"\s*(?:\\?%|\\(?:text|textrm|mathrm|mbox)\{\s*percent\s*\})$", _A)
-_UNIT_WORD = re.compile(r"([A-Za-z]+)\.?(?:\^(?:[23]|\{[23]\}))?", _A)
-_UNIT_SEPARATOR = re.compile(r"\s+|\s*/\s*|\s*\\cdot\s*", _A)
-# Units of length, area, volume, mass, time, speed, money, angle and temperature, and
-# a few counted things; plurals with -s/-es are accepted. Matched case-insensitively,
-# except single letters (lowercase only, and L for litres).
-_UNITS = frozenset(
-    """
-    mm cm dm m km in inch ft foot feet yd yard mi mile meter metre millimeter millimetre
-    centimeter centimetre kilometer kilometre nm micron
-    sq square cubic cu unit acre hectare ha l liter litre ml milliliter millilitre cc gal
-    gallon quart qt pint cup tbsp tsp tablespoon teaspoon
-    mg g kg gram gramme kilogram milligram lb lbs pound oz ounce ton tonne
-    ms s sec second min minute h hr hrs hour day week month year yr yrs decade century centuries
-    mph kph kmh per
-    dollar cent euro yen penny pennies pence usd
-    degree deg radian rad celsius fahrenheit kelvin
-    way people person persons student child children
-    """.split()
+_UNIT_SEPARATOR_PIECE = re.compile(r"\s*(?:/|\\cdot)$", _A)
+_NUMBER_PATTERN = (
+    r"-?(?:[0-9]{1,3}(?:(?:,|\{,\})[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?|-?\.[0-9]+|-?[0-9]+/[0-9]+"
+    r"|-?\\frac\{-?[0-9]+\}\{[0-9]+\}"
+)
+# "7 cm", "7cm^2", "60 km/h": unit words written without \text, only after a plain
+# number and only when the first word has two letters or more ("7 m" may be 7m).
+_BARE_UNIT = re.compile(
+    rf"(?P<value>{_NUMBER_PATTERN})\s*"
+    rf"(?P<unit>[A-Za-z]{{2,}}\.?(?:\s*{_POWER})?(?:\s*(?:/|\s)\s*[A-Za-z]+\.?(?:\s*{_POWER})?)*)",
+    _A,
+)
+# Inside a unit: words, degree signs, percent signs, "/" or "per", products, powers.
+_UNIT_TOKEN = re.compile(
+    r"\s*(?:(?P<deg>\u00b0|\\degree(?![A-Za-z])|\^\s*(?:\\circ|\{\s*\\circ\s*\})|\\circ(?![A-Za-z]))"
+    r"|(?P<pct>\\?%)|(?P<div>/)|(?P<dot>\\cdot(?![A-Za-z])|\\times(?![A-Za-z])|\*|\u00b7)"
+    r"|\^\s*(?:(?P<pow>[23])|\{\s*(?P<bpow>[23])\s*\})|(?P<word>[A-Za-z]+)\.?)",
+    _A,
 )
 
 
-def _is_unit(text: str) -> bool:
-    """Whether ``text`` (the inside of a ``\\text{...}``) names only units: "cm",
-    "square units", "km/h", "miles per hour", "sq. ft."; empty text is harmless too."""
-    for word in _UNIT_SEPARATOR.split(text.strip()):
-        if not word:
+def _aliases(table: str) -> dict[str, tuple[tuple[str, int], ...]]:
+    """``"cm: centimeter centimetre"`` -> every spelling maps to ``(("cm", 1),)``;
+    ``"mph = mi h^-1"`` names a compound unit."""
+    out: dict[str, tuple[tuple[str, int], ...]] = {}
+    for line in table.strip().splitlines():
+        if "=" in line:
+            name, _, factors = line.partition("=")
+            parts = [f.partition("^") for f in factors.split()]
+            out[name.strip()] = tuple((atom, int(exp or 1)) for atom, _, exp in parts)
             continue
-        m = _UNIT_WORD.fullmatch(word)
-        if m is None:
-            return False
-        w = m.group(1)
-        if len(w) == 1:
-            if w not in "msghlL":
-                return False
-            continue
-        w = w.lower()
-        plural = w.endswith("s") and (w[:-1] in _UNITS or (w.endswith("es") and w[:-2] in _UNITS))
-        if w not in _UNITS and not plural:
-            return False
-    return True
+        atom, _, spellings = line.partition(":")
+        for spelling in [atom.strip(), *spellings.split()]:
+            out[spelling if len(spelling) == 1 else spelling.lower()] = ((atom.strip(), 1),)
+    return out
 
 
-def _strip_number_suffixes(s: str) -> str:
-    """Drop units, degree signs and a percent sign from the end of an answer.
-
-    A unit or degree sign may follow any answer ("2\\sqrt{2}\\text{ cm}"), a percent
-    sign only a plain number ("12\\%" is 12, but "x\\%" is not x). Up to three
-    suffixes: "45^\\circ\\text{ C}", "5\\text{ cm}^2".
+# Canonical unit: its spellings (singular; plurals in -s/-es are found by the lookup).
+# Multi-letter spellings are matched case-insensitively, single letters exactly.
+# "unit" is a placeholder ("20 square units" names no unit), so it cancels out.
+_UNIT_ALIASES = _aliases(
     """
-    rest = s
-    for _ in range(3):
-        m = _TEXT_SUFFIX.search(rest)
-        if m and _is_unit(m.group(1)):
-            rest = rest[: m.start()]
-            continue
-        m = _DEGREE_SUFFIX.search(rest) or _PERCENT_SUFFIX.search(rest)
+    mm: millimeter millimetre
+    cm: centimeter centimetre
+    dm: decimeter decimetre
+    m: meter metre
+    km: kilometer kilometre
+    nm: nanometer nanometre
+    um: micron micrometer micrometre
+    in: inch
+    ft: foot feet
+    yd: yard
+    mi: mile
+    acre:
+    ha: hectare
+    l: L liter litre
+    ml: milliliter millilitre
+    gal: gallon
+    qt: quart
+    pint:
+    cup:
+    tbsp: tablespoon
+    tsp: teaspoon
+    mg: milligram milligramme
+    g: gram gramme
+    kg: kilogram kilogramme
+    lb: lbs pound
+    oz: ounce
+    ton:
+    tonne:
+    ms: millisecond
+    s: sec second
+    min: minute
+    h: hr hrs hour
+    day:
+    week: wk
+    month:
+    yr: yrs year
+    decade:
+    century: centuries
+    dollar: usd
+    cent: penny pennies
+    pence:
+    euro:
+    yen:
+    deg: degree
+    %: percent pct
+    rad: radian
+    degC: celsius
+    degF: fahrenheit
+    kelvin:
+    way:
+    person: people persons
+    student:
+    child: children
+    unit:
+    cc = cm^3
+    mph = mi h^-1
+    kph = km h^-1
+    kmh = km h^-1
+    """
+)
+_UNIT_LETTERS = frozenset("mshgl")  # single-letter units, exactly as written (and L)
+_SQUARE = {"square": 2, "sq": 2, "cubic": 3, "cu": 3}
+
+
+def _unit_atoms(word: str) -> tuple[tuple[str, int], ...] | None:
+    """The canonical factors of one unit word ("Centimeters" -> cm), or None."""
+    if len(word) == 1:
+        return _UNIT_ALIASES.get(word) if word in _UNIT_LETTERS or word == "L" else None
+    w = word.lower()
+    for stem in (w, w[:-1] if w.endswith("s") else "", w[:-2] if w.endswith("es") else ""):
+        if len(stem) > 1 and stem in _UNIT_ALIASES:
+            return _UNIT_ALIASES[stem]
+    return None
+
+
+def _unit_key(text: str) -> str | None:
+    """The canonical unit named by ``text`` ("km/h", "miles per hour", "sq. ft.", "^\\circ C",
+    "\\%"), "" for a placeholder or empty text, or None when some word is not a unit."""
+    factors: list[list] = []
+    divide, power, pos = False, 1, 0
+    text = text.strip()
+    while pos < len(text):
+        m = _UNIT_TOKEN.match(text, pos)
+        if m is None:
+            return None
+        pos = m.end()
+        word = m.group("word")
+        if m.group("deg") or m.group("pct"):
+            factors.append(["deg" if m.group("deg") else "%", -1 if divide else 1])
+            divide = False
+        elif m.group("div") or word == "per":
+            if divide or not factors:
+                return None
+            divide = True
+        elif m.group("pow") or m.group("bpow"):
+            if not factors:
+                return None
+            factors[-1][1] *= int(m.group("pow") or m.group("bpow"))
+        elif word is not None and word.lower() in _SQUARE:
+            power = _SQUARE[word.lower()]
+        elif word in ("C", "F") and factors and factors[-1][0] == "deg":
+            factors[-1][0] = "deg" + word  # 45^\circ C: a temperature
+        elif word is not None:
+            atoms = _unit_atoms(word)
+            if atoms is None:
+                return None
+            if atoms[0][0] in ("degC", "degF") and factors and factors[-1][0] == "deg":
+                factors.pop()  # "degrees Celsius"
+            factors.extend([atom, exp * power * (-1 if divide else 1)] for atom, exp in atoms)
+            divide, power = False, 1
+    if divide or power != 1:
+        return None  # a dangling "per" or "square"
+    total: dict[str, int] = {}
+    for atom, exp in factors:
+        total[atom] = total.get(atom, 0) + exp
+    return "*".join(a if e == 1 else f"{a}^{e}" for a, e in sorted(total.items()) if e and a != "unit")
+
+
+def _is_plain_number(value: str) -> bool:
+    return _NUMBER.fullmatch(value) is not None
+
+
+def _split_unit(s: str) -> tuple[str, str]:
+    """``(value, unit)``: ``7\\text{ cm}^2`` -> ``("7", "cm^2")``; ``("7", "")`` for ``7``.
+
+    The suffix is split off whole or not at all: every piece of it must be a unit. A
+    percent sign only after a plain number ("12\\%" is 12 percent, "x\\%" stays x\\%);
+    a degree sign after anything (``equal._units_match`` decides what it may match).
+    """
+    if _PIECE_MARK.search(s) is None:
+        return _split_bare_unit(s)  # the common case: no piece can be there
+    rest, pieces = s, []
+    for _ in range(8):
+        m = _UNIT_PIECE.search(rest)
         if m is None:
             break
-        if m.re is _PERCENT_SUFFIX and not _NUMBER.fullmatch(rest[: m.start()]):
-            break
+        pieces.append(m.group())
         rest = rest[: m.start()]
-    return rest if rest.strip() else s
+    while pieces and _UNIT_SEPARATOR_PIECE.fullmatch(pieces[-1]):
+        rest += pieces.pop()  # a unit never starts with "/": "x/\text{s}" keeps its "/"
+    if pieces:
+        unit = _unit_key(" ".join(_piece_text(p) for p in reversed(pieces)))
+        if unit is None or not rest.strip():
+            return s, ""
+        if "%" in unit.split("*") and not _is_plain_number(rest.strip()):
+            return s, ""
+        return rest.strip(), unit
+    return _split_bare_unit(s)
+
+
+_PIECE_MARK = re.compile("[\\\\%/\u00b0]", _A)  # every suffix piece has one of these
+
+
+def _split_bare_unit(s: str) -> tuple[str, str]:
+    """``7 cm^2`` -> ``("7", "cm^2")``: unit words without ``\\text`` after a plain number."""
+    if not s[-1:].isalpha() and not s[-1:].isdigit() and s[-1:] not in "}.":
+        return s, ""
+    m = _BARE_UNIT.fullmatch(s)
+    if m is not None and (unit := _unit_key(m.group("unit"))):
+        return m.group("value"), unit
+    return s, ""
+
+
+_FONT_GROUP = re.compile(rf"{_FONT}\s*\{{([^{{}}]*)\}}", _A)
+
+
+def _piece_text(piece: str) -> str:
+    """A suffix piece as unit text: ``\\text{ cm}^2`` -> `` cm ^2``."""
+    return _FONT_GROUP.sub(lambda m: f" {m.group(1)} ", piece)
 
 
 def _exact_forms(s: str) -> str:
@@ -141,40 +343,154 @@ def _exact_forms(s: str) -> str:
     return s
 
 
+def _rewrite_over(s: str) -> str:
+    """``{a \\over b}`` -> ``\\frac{a}{b}``: TeX's ``\\over`` divides everything before it
+    in its group by everything after it (the whole answer when not in a group)."""
+    for _ in range(8):  # a few per answer; more is not an answer anyone writes
+        m = _OVER.search(s)
+        if m is None:
+            return s
+        start, depth = m.start(), 0
+        while start > 0:
+            c = s[start - 1]
+            if c in "{}" and s[start - 2 : start - 1] != "\\":
+                if c == "{" and depth == 0:
+                    break
+                depth += 1 if c == "}" else -1
+            start -= 1
+        end, depth = m.end(), 0
+        while end < len(s):
+            c = s[end]
+            if c in "{}" and s[end - 1] != "\\":
+                if c == "}" and depth == 0:
+                    break
+                depth += 1 if c == "{" else -1
+            end += 1
+        num, den = s[start : m.start()].strip(), s[m.end() : end].strip()
+        s = f"{s[:start]}\\frac{{{num}}}{{{den}}}{s[end:]}"
+    return s
+
+
+def _label_names(label: str) -> set[str]:
+    """The letters (and Greek letters) a label is made of; a function's argument is not
+    part of its name (``f(x)`` -> ``{"f"}``)."""
+    if not label.startswith("(") and "_" not in label:
+        label = _FUNCTION_ARGUMENT.sub("", label)
+    return {tok for tok, _, _ in _tokens(label) if tok.isalpha() or tok[1:] in _GREEK_NAMES.split("|")}
+
+
+def _drop_assignment(s: str) -> str:
+    """Rule "a label names the answer only when it is not on the other side": ``x = 5``,
+    ``5 = x``, ``x \\in [1, 2]``, ``f(2) = 3``, ``(p, q) = (3, 2)``, ``AB = 4`` are the
+    value; ``y = 2x + 1`` is ``2x + 1``, but ``x = 2x + 1`` stays an equation (``x`` is
+    on the right), and so does ``x = y = 3`` (another relation follows). Only names
+    are labels: ``2x = 6`` and ``x + y = 3`` stay equations."""
+    m = _LEADING_ASSIGNMENT.match(s)
+    if m is not None:
+        names, rest = _label_names(m.group(1)), s[m.end() :]
+    else:
+        m = _TRAILING_ASSIGNMENT.search(s)
+        if m is None:
+            return s
+        names, rest = {m.group(1)}, s[: m.start()].strip()
+    if not rest or "=" in rest or "\\in" in rest:
+        return s
+    if _LETTER.search(rest) and any(tok in names for tok, _, _ in _tokens(rest)):
+        return s
+    return rest
+
+
+def _unwrap_group(s: str) -> str:
+    """``{1, 3}`` -> ``1, 3``: a brace group around the whole answer renders nothing.
+    A few levels only: each costs a scan of the answer (``{{{...}}}`` is no answer)."""
+    for _ in range(4):
+        if not s.startswith("{") or _match_brace(s, 0) != len(s) - 1:
+            break
+        s = s[1:-1].strip()
+    return s
+
+
 def _normalise(s: str) -> str:
-    """Canonical spelling of an answer; applied to both the box and the gold answer.
+    """Canonical spelling of an answer without its unit (see :func:`_normalise_parts`).
 
     >>> _normalise(r" $x = \\dfrac{1}{2}$ ")
     '\\\\frac{1}{2}'
     """
+    return _normalise_parts(s).value
+
+
+class _Answer(NamedTuple):
+    """A normalised answer: its canonical spelling, the unit it names ("" for none), and
+    the spelling with its label when one was dropped (``y = 2x + 1``; else "")."""
+
+    value: str
+    unit: str
+    labelled: str = ""
+
+
+def _normalise_parts(s: str, keep_assignment: bool = False) -> _Answer:
+    """Canonical spelling and unit of an answer; applied to both the box and the gold.
+
+    ``keep_assignment`` keeps a leading ``x =`` (items of a list that name different
+    variables: ``x = 1, y = 2`` is not ``y = 1, x = 2``).
+
+    >>> _normalise_parts(r"7\\,\\text{cm}^2")
+    _Answer(value='7', unit='cm^2', labelled='')
+    """
     # Gold answers repeat G times per prompt and boxes repeat within a group: the
     # regex passes below are most of the fast path's cost, so short strings are cached.
-    return _normalise_cached(s) if len(s) <= _CACHED_CHARS else _normalise_uncached(s)
+    if len(s) <= _CACHED_CHARS:
+        return _normalise_cached(s, keep_assignment)
+    return _normalise_uncached(s, keep_assignment)
 
 
 _CACHED_CHARS = 600
 
 
 @functools.lru_cache(maxsize=16384)
-def _normalise_cached(s: str) -> str:
-    return _normalise_uncached(s)
+def _normalise_cached(s: str, keep_assignment: bool) -> _Answer:
+    return _normalise_uncached(s, keep_assignment)
 
 
-def _normalise_uncached(s: str) -> str:
-    s = s.replace("\\$", "").replace("$", "")  # "\$18" is a price, "$x$" is math mode
+def _normalise_uncached(s: str, keep_assignment: bool = False) -> _Answer:
+    dollars = "\\$" in s  # "\$18" is a price in dollars (a unit); "$x$" is math mode
+    s = s.replace("\\$", "").replace("$", "")
     s = _DELIMITER_SIZES.sub("", s)
-    s = _THIN_THOUSANDS.sub("{,}", s)
-    s = _SPACING.sub(lambda m: m.group(1) or " ", s)
-    s = _FRAC_VARIANTS.sub(r"\\frac", s)
+    if "\\" in s:
+        s = _DELIMITER_WORD.sub(lambda m: _DELIMITER_WORDS[m.group(1)], s)
+        s = _THIN_THOUSANDS.sub("{,}", s)
+        s = _TEXT_COMMA.sub(",", s)
+        s = _QUAD_SEPARATOR.sub(", ", s)
+        s = _SPACING.sub(lambda m: m.group(1) or " ", s)
+        s = _FRAC_VARIANTS.sub(r"\\frac", s)
+        if "\\over" in s:
+            s = _rewrite_over(s)
+    elif "~" in s:
+        s = s.replace("~", " ")
+    if ";" in s:
+        s = s.replace(";", ",")
+    if "<=" in s or ">=" in s:
+        s = _ASCII_RELATION.sub(lambda m: "\\le " if m.group() == "<=" else "\\ge ", s)
     s = _WHITESPACE.sub(" ", s).strip()
-    s = _ASSIGNMENT.sub("", s, count=1)
-    s = _strip_number_suffixes(s)
+    if " " in s:
+        s = _SPACE_THOUSANDS.sub("{,}", s)
+    if s.startswith("{"):
+        s = _unwrap_group(s)
+    labelled = ""
+    if not keep_assignment and ("=" in s or "\\in" in s):
+        s, labelled = _drop_assignment(s), s
+        labelled = "" if labelled == s else labelled
+    s, unit = _split_unit(s)
     m = _TEXT_WRAP.match(s)
     if m:
         s = m.group(1).strip()
+        if not unit:  # "\text{7 cm}"
+            s, unit = _split_unit(s)
+    if dollars and not unit:
+        unit = "dollar"
     if "\\frac" in s or "\\overline" in s:
         s = _exact_forms(s)
-    return _TRAILING_ZEROS.sub(r"\1", s)
+    return _Answer(_TRAILING_ZEROS.sub(r"\1", s), unit, labelled)
 
 
 # ------------------------------------------------------------------------ exact numbers
