@@ -20,7 +20,7 @@ from rlvr.config import DataConfig, RewardConfig
 from rlvr.data import read_jsonl
 from rlvr.reward import answer_check
 from rlvr.verifiers import code as code_module
-from rlvr.verifiers.code import check_tests, parse_tests, python_code, run_python_tests, run_python_tests_batch
+from rlvr.verifiers.code import check_tests, parse_tests, python_code, run_python_tests, run_python_tests_batch, typing_names
 from rlvr.verifiers.contract import batch_columns, example_fields, resolve_reward
 from rlvr.verifiers.formats import same_output
 from rlvr.verifiers.sandbox import Limits
@@ -234,12 +234,16 @@ def test_arguments_reach_the_program_by_value_and_results_come_back_as_data():
     ("s = set()\n    for v in candidate(0):\n        s.add(v)", "colliding hashes"),
     ("d = {}\n    for v in candidate(0):\n        d[v] = 1", "colliding hashes"),
     ("def f(n):\n        return f(n + 1)\n    f(0)", "recursion too deep"),
+    # augmented assignments are bounded as the operators are: a running product or sum of results
+    ("p = 1\n    for v in candidate(0):\n        p *= v * v", "integer too large"),
+    ("s = ''\n    for v in candidate(0):\n        s += 'x' * 1000", "value too large"),
+    ("t = 0\n    for v in candidate(0):\n        t += fractions.Fraction(1, v + 1)", "fraction too large"),
 ])
 def test_test_code_work_is_bounded(body, why):
     # trusted code on data the program chose: each ends in a failed test in bounded time
     colliding = fenced("def f(x):\n    return [i * (2**61 - 1) for i in range(1, 2000)]")  # one hash for all
     start = time.monotonic()
-    report = run_python_tests(colliding, f"def check(candidate):\n    candidate(1)\n    {body}\n", limits=FAST,
+    report = run_python_tests(colliding, f"import fractions\ndef check(candidate):\n    candidate(1)\n    {body}\n", limits=FAST,
                               fields={"entry_point": "f"})
     assert report.score == 0.0 and why in report.results[0].detail
     assert time.monotonic() - start < 8
@@ -448,3 +452,75 @@ def test_the_batched_reward_passes_each_rows_fields():
     assert errors == [None, None] and scores == [1.0, 1.0]
     scores, errors = batched.call_batch(["p"], [fenced("def sq(x):\n    return x * x")], {"answer": [check], "entry_point": ["dbl"]})
     assert scores == [0.0]  # NameError: the program has no dbl
+
+
+# ------------------------------------------------------------------------------ review R1
+
+
+TYPED = "def upto(xs: List[int], n: Optional[int] = None) -> List[int]:\n    return [x for x in xs if x <= n]"
+
+
+CALLS = {"calls": [{"args": [[1, 2, 3], 2], "output": [1, 2]}], "fn_name": "upto"}
+
+
+@pytest.mark.parametrize("tests, fields, style", [
+    (CALLS, {}, "function"), (CALLS, {}, "class Solution"),
+    ({"asserts": ["assert upto([1, 2, 3], 2) == [1, 2]"]}, {}, "function"),
+    ("def check(candidate):\n    assert candidate([1, 2, 3], 2) == [1, 2]\n", {"entry_point": "upto"}, "function"),
+])
+def test_typing_names_a_program_reads_without_importing_them_are_bound(tests, fields, style):
+    # LeetCode's and LiveCodeBench's harnesses import typing for a class Solution; HumanEval's
+    # prompt imports List before the completion: a program that leaves the import out scored 0
+    program = TYPED
+    if style == "class Solution":
+        program = "class Solution:\n    " + TYPED.replace("(xs", "(self, xs").replace("\n", "\n    ")
+    assert run_python_tests(fenced(program), tests, limits=FAST, fields=fields).score == 1.0
+    wrong = program.replace("x <= n", "x < n")
+    assert run_python_tests(fenced(wrong), tests, limits=FAST, fields=fields).score == 0.0
+    own = "List = list\n" + program  # a program's own binding of the name is its own
+    assert run_python_tests(fenced(own), tests, limits=FAST, fields=fields).score == 1.0
+
+
+def test_an_io_program_runs_as_the_script_it_is():
+    script = fenced("def read() -> List[int]:\n    return list(map(int, input().split()))\nprint(sum(read()))")
+    assert run_python_tests(script, {"io": [{"stdin": "1 2\n", "stdout": "3\n"}]}, limits=FAST).score == 0.0
+    assert typing_names("from typing import *\nx: List[int] = []") == []  # a star import binds them itself
+    assert typing_names("def f(a: Dict[str, Any]) -> Optional[int]:\n    pass") == ["Any", "Dict", "Optional"]
+
+
+@pytest.mark.parametrize("imports", [["from math import *"], ["import math", "from math import *"], ["from itertools import *"]])
+def test_star_imports_of_provided_modules_as_mbpp_ships_them(imports):
+    # `from math import *` in test_imports binds the judge's members on the host (sqrt, pi...)
+    tests = ["assert root(16) == sqrt(16)", "assert round(root(2), 6) == round(pi / pi * sqrt(2), 6)"] \
+        if "math" in imports[-1] else ["assert pairs([1, 2]) == list(combinations([1, 2], 2))"]
+    right = "def root(x):\n    return x ** 0.5\ndef pairs(xs):\n    return [(1, 2)]"
+    wrong = "def root(x):\n    return x / 2\ndef pairs(xs):\n    return []"
+    assert run_python_tests(fenced(right), tests, limits=FAST, fields={"test_imports": imports}).score == 1.0
+    assert run_python_tests(fenced(wrong), tests, limits=FAST, fields={"test_imports": imports}).score == 0.0
+    # a name the star import binds but the judge does not provide lives beside the program: refused
+    with pytest.raises(ValueError, match="imported by the setup"):
+        check_tests({"asserts": ["assert root(2) == ulp(2)"], "setup": "from math import *"})
+
+
+def test_a_native_spec_takes_the_name_it_lacks_from_the_row():
+    check = {"check": "def check(candidate):\n    assert candidate(1) == 2\n"}
+    calls = {"calls": [{"args": [1], "output": 2}]}
+    for tests, fields in ((check, {"entry_point": "inc"}), (calls, {"fn_name": "inc"})):
+        assert python_code(fenced("def inc(x):\n    return x + 1"), tests, limits=FAST, **fields) == 1.0
+        assert python_code(fenced("def inc(x):\n    return x"), tests, limits=FAST, **fields) == 0.0
+    own = {**check, "entry_point": "inc"}  # the spec's own name wins over the row's
+    assert python_code(fenced("def inc(x):\n    return x + 1"), own, limits=FAST, entry_point="other") == 1.0
+
+
+@pytest.mark.parametrize("use", [
+    "assert list(map(candidate, [1, 2, 3])) == [-1, -2, -3]",
+    "assert sorted([1, 3, 2], key=candidate) == [3, 2, 1]",
+    "assert max([1, 3, 2], key=candidate) == 1",
+    "assert list(filter(candidate, [0, 1])) == [1]",
+    "assert functools.reduce(lambda a, b: a + b, map(candidate, [1, 2])) == -3",
+])
+def test_the_programs_function_handed_to_a_host_function_calls_into_the_program(use):
+    # `map(candidate, xs)`, `key=candidate`: each call is a data-argument probe, as a direct call is
+    check = f"import functools\ndef check(candidate):\n    {use}\n"
+    assert run_python_tests(fenced("def neg(x):\n    return -x"), check, limits=FAST, fields={"entry_point": "neg"}).score == 1.0
+    assert run_python_tests(fenced("def neg(x):\n    return x + 1"), check, limits=FAST, fields={"entry_point": "neg"}).score == 0.0

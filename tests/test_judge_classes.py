@@ -477,3 +477,158 @@ def test_converted_and_module_values_stay_bounded(test: str) -> None:
     except Exception:  # JudgeError, or what Python raises (decimal.Overflow): the test fails
         passed = False
     assert not passed and time.process_time() - start < 1.0, test
+
+
+# ------------------------------------------------------------------ review R1: setup helpers, exact sums, the clock
+
+SETUP_HELPERS = "import math\ndef is_prime(n):\n    if n < 2:\n        return False\n    for d in range(2, math.isqrt(n) + 1):\n" \
+    "        if n % d == 0:\n            return False\n    return True\ndef all_prime(xs):\n    return all(is_prime(x) for x in xs)\n" \
+    "def is_sorted(xs):\n    return xs == sorted(xs)\ndef expected(n):\n    return sorted(range(n), reverse=True)\n"
+HELPER_ASSERTS = ["assert all_prime(primes(20))", "assert is_sorted(primes(20))", "assert len(primes(20)) == len(expected(8))",
+                  "assert all(map(is_prime, primes(20)))"]
+PRIMES = "def primes(n):\n    return [p for p in range(2, n) if all(p % d for d in range(2, p))]"
+
+
+@needs_bwrap
+@pytest.mark.parametrize("cheat", [
+    "class L(list):\n    def __eq__(self, other):\n        return True\ndef primes(n):\n    return L([9, 4, 1])",  # a liar
+    "import builtins\nbuiltins.sorted = lambda xs, **k: list(xs)\nbuiltins.all = lambda xs: True\nbuiltins.len = lambda xs: 8\n"
+    "def primes(n):\n    return [9, 4, 1]",  # patching what the helper uses
+    "import math\nmath.isqrt = lambda n: 0\ndef primes(n):\n    return [21, 15, 9]",
+], ids=["lying value", "patched builtins", "patched math"])
+def test_setup_helpers_judge_on_the_host(cheat: str) -> None:
+    # a top-level def of the setup is trusted test code: it runs on the host when the host can
+    # interpret it on data, so the program can neither patch what it uses nor hand it a liar
+    native = {"asserts": HELPER_ASSERTS, "setup": SETUP_HELPERS}
+    assert run_python_tests(fenced(PRIMES), native, limits=FAST).score == 1.0
+    assert run_python_tests(fenced(cheat), native, limits=FAST).score == 0.0
+    mbpp = run_python_tests(fenced(cheat), HELPER_ASSERTS, limits=FAST, fields={"test_setup_code": SETUP_HELPERS})
+    assert mbpp.score == 0.0
+
+
+@needs_bwrap
+def test_setup_helpers_that_read_program_objects_stay_beside_the_program() -> None:
+    # LeetCode-style helpers walk the program's objects (node.val): they cannot run on data, so
+    # they stay in the sandbox, where an honest program still passes
+    setup = ("class Node:\n    def __init__(self, val, nxt=None):\n        self.val, self.next = val, nxt\n"
+             "def build(xs):\n    head = None\n    for x in reversed(xs):\n        head = Node(x, head)\n    return head\n"
+             "def to_list(node):\n    out = []\n    while node:\n        out.append(node.val)\n        node = node.next\n    return out\n")
+    program = ("def reverse_list(head):\n    prev = None\n    while head:\n        head.next, prev, head = prev, head, head.next\n"
+               "    return prev")
+    tests = {"asserts": ["assert to_list(reverse_list(build([1, 2, 3]))) == [3, 2, 1]"], "setup": setup}
+    assert run_python_tests(fenced(program), tests, limits=FAST).score == 1.0
+
+
+def test_which_setup_functions_are_the_hosts() -> None:
+    from rlvr.verifiers.testcode import SetupHelper, assert_names
+
+    names = assert_names(SETUP_HELPERS + "def walks(node):\n    return node.val\ndef calls_program(n):\n    return primes(n)\n"
+                         "def uses_walks(n):\n    return walks(n)\ndef twice(x):\n    return x\ntwice = None\n")
+    hosts = {name for name, value in names.items() if isinstance(value, SetupHelper)}
+    assert hosts == {"is_prime", "all_prime", "is_sorted", "expected"}  # not walks, calls_program, uses_walks, twice
+    probes: list = []
+    compiled = compile_assert(0, "assert is_sorted(primes(9))", names, probes)
+    assert probes == ["primes(9)"]  # the helper's call is the host's, the program's result crosses
+    assert evaluate(compiled, names, lambda i: [2, 3, 5, 7], time.monotonic() + 5) is True
+    assert evaluate(compiled, names, lambda i: [7, 2], time.monotonic() + 5) is False
+    spin = assert_names("def spin(n):\n    while n > 0:\n        n = n + 1\n    return n\n")
+    compiled = compile_assert(0, "assert spin(f()) == 0", spin, [])
+    start = time.process_time()
+    with pytest.raises(JudgeError, match="too much work|Timeout"):  # a check's step budget and the assert's deadline
+        evaluate(compiled, spin, lambda i: 1, time.monotonic() + 2)
+    assert time.process_time() - start < 3.0
+    fib = assert_names("def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\n")
+    compiled = compile_assert(0, "assert f() == fib(20)", fib, [])  # computing the expected value the long way
+    assert evaluate(compiled, fib, lambda i: 6765, time.monotonic() + 20) is True
+
+
+FRACTIONS = [Fraction(1, (1 << 4000) + 1 + 2 * i) for i in range(300)]  # coprime denominators: the exact sum is huge
+DIGITS = [Decimal("1." + "7" * 4000 + "e-9000")] * 20
+
+
+@pytest.mark.parametrize("test", [
+    *(f"assert statistics.{fn}(f()) == 0" for fn in ("mean", "median", "variance", "stdev", "pvariance", "pstdev",
+                                                      "harmonic_mean", "median_grouped", "quantiles")),
+    "assert statistics.mean(g()) == 0", "assert statistics.variance(g()) == 0",
+    "assert [fractions.Fraction(x) for x in g()] == []",
+])
+def test_exact_sums_on_returned_fractions_and_decimals_stay_bounded(test: str) -> None:
+    # statistics sums exactly: 300 fractions with coprime denominators took 5 s (variance: 39 s)
+    names = host_names("")
+    probes: list = []
+    compiled = compile_assert(0, test, names, probes)
+    values = {"f()": FRACTIONS, "g()": DIGITS}
+    start = time.process_time()
+    try:
+        passed = evaluate(compiled, names, lambda i: values[probes[i]], deadline=time.monotonic() + 20)
+    except Exception:
+        passed = False
+    assert not passed and time.process_time() - start < 1.0, test
+
+
+def test_a_decimal_arrives_with_at_most_max_decimal_digits_and_honest_exact_data_averages() -> None:
+    from rlvr.verifiers.trusted import MAX_DECIMAL_DIGITS
+
+    digits = "1." + "7" * (MAX_DECIMAL_DIGITS - 1)
+    assert decode_value(["D", digits]) == Decimal(digits)
+    with pytest.raises(JudgeError):
+        decode_value(["D", digits + "7"])
+    names = host_names("")
+    for values, mean in (([Fraction(1, 3), Fraction(1, 6), 2], "fractions.Fraction(5, 6)"),
+                         ([Decimal("0.1"), Decimal("0.25")], "decimal.Decimal('0.175')"), ([0.5, 1.5, 1], "1.0")):
+        compiled = compile_assert(0, f"assert statistics.mean(f()) == {mean}", names, [])
+        assert evaluate(compiled, names, lambda i: values, time.monotonic() + 5), mean
+
+
+@pytest.mark.parametrize("test", ["assert [f().count(x) for x in f()] == []", "assert [f().index(x) for x in f()] == []",
+                                  "assert sorted(f(), key=lambda x: f().count(x)) == []"])
+def test_a_quadratic_assert_stops_soon_after_its_deadline(test: str) -> None:
+    # each step may do linear work on a returned value: the clock is read often enough that a
+    # quadratic test overruns its deadline by a fraction of a second, not by seconds
+    names = host_names("")
+    probes: list = []
+    compiled = compile_assert(0, test, names, probes)
+    value = list(range(100_000))
+    start = time.monotonic()
+    with pytest.raises(JudgeError, match="Timeout"):
+        evaluate(compiled, names, lambda i: value, deadline=time.monotonic() + 0.2)
+    assert time.monotonic() - start < 0.6
+
+
+CONVERSION_LIARS = {  # a subclass whose conversion to its base type says the expected value, its data another
+    int: ("class X(int):\n    def __int__(self):\n        return 5\n    def __index__(self):\n        return 5", "X(4)", "5"),
+    float: ("class X(float):\n    def __float__(self):\n        return 5.0", "X(4.0)", "5.0"),
+    complex: ("class X(complex):\n    def __complex__(self):\n        return 5j", "X(4j)", "5j"),
+    str: ("class X(str):\n    def __str__(self):\n        return 'hello'", "X('zzz')", "'hello'"),
+    bytes: ("class X(bytes):\n    def __bytes__(self):\n        return b'hello'", "X(b'zzz')", "b'hello'"),
+    **{kind: (f"class X({kind.__name__}):\n    def __iter__(self):\n        return iter([5])", "X([4])", expected)
+       for kind, expected in ((list, "[5]"), (tuple, "(5,)"), (set, "{5}"), (frozenset, "frozenset({5})"))},
+    dict: ("class X(dict):\n    def keys(self):\n        return ['a']\n    def __getitem__(self, k):\n        return 1\n"
+           "    def __iter__(self):\n        return iter(['a'])\n    def items(self):\n        return [('a', 1)]", "X(z=9)", "{'a': 1}"),
+}
+
+
+@needs_bwrap
+@pytest.mark.parametrize("kind", list(CONVERSION_LIARS), ids=lambda k: k.__name__)
+def test_a_subclass_crosses_as_the_data_it_holds_not_as_its_conversions_say(kind: type) -> None:
+    # X(4) == 5 is False in Python, whatever X.__int__ says: the runner reads a subclass's data
+    # with the base type's own code (int.__index__, str.__str__, list.__iter__, dict.items...)
+    cls, value, expected = CONVERSION_LIARS[kind]
+    program = fenced(f"{cls}\ndef f():\n    return {value}\ndef g():\n    return [{value}, {{'k': {value}}}]")
+    tests = {"asserts": [f"assert f() == {expected}", f"assert g() == [{expected}, {{'k': {expected}}}]"]}
+    assert run_python_tests(program, tests, limits=FAST).score == 0.0
+    calls = {"calls": [{"args": [], "output": json.loads(json.dumps(eval(expected)))}] if kind in (int, float, str, list) else
+             [{"args": [], "output": 5}], "fn_name": "f"}
+    assert run_python_tests(program, calls, limits=FAST).score == 0.0
+
+
+@needs_bwrap
+@pytest.mark.parametrize(("program", "expected"), [
+    ("import enum\nclass C(enum.IntEnum):\n    A = 1\ndef f():\n    return C.A", "1"),
+    ("import enum\nclass C(str, enum.Enum):\n    A = 'a'\ndef f():\n    return C.A", "'a'"),  # was 'C.A'
+    ("from collections import OrderedDict\ndef f():\n    d = OrderedDict(a=1, b=2)\n    d.move_to_end('a')\n    return d",
+     "{'b': 2, 'a': 1} and list(f().items()) == [('b', 2), ('a', 1)]"),
+    ("from collections import namedtuple\nP = namedtuple('P', 'x y')\ndef f():\n    return P(1, 2)", "(1, 2)"),
+])
+def test_honest_subclasses_cross_as_their_data(program: str, expected: str) -> None:
+    assert run_python_tests(fenced(program), {"asserts": [f"assert f() == {expected}"]}, limits=FAST).score == 1.0

@@ -224,7 +224,7 @@ def test_a_label_on_the_right_is_an_equation(v: str) -> None:
 
 LABELS = [
     "x_1", "V_{1}", "a_n", "f(x)", "f(2)", "P(A)", "g(x, y)", "AB", "ABC", "|AB|", r"\angle A",
-    r"\angle ABC", r"\overline{AB}", r"\frac{NO}{BO}", "A:B", "V_1:V_2",
+    r"\angle ABC", r"\overline{AB}", r"\frac{NO}{BO}", "A:B", "V_1:V_2", r"m\angle ABC",
 ]
 
 
@@ -250,6 +250,66 @@ def test_set_membership_is_a_label() -> None:
     assert score("(1, 2)", r"x \in (1, 2)") == 1.0
     assert score(r"x \in [-2, 7]", "[-2, 7)") == 0.0
     assert score(r"x \in [x, 7]", "[x, 7]") == 0.0
+
+
+# Rule "two answers that name different quantities differ" (equal._labels_match): both
+# sides labelled, with labels that name different things -> 0, whatever the values; one
+# side labelled -> the values decide. Every kind of label, leading and trailing.
+DIFFERENT_LABELS = [
+    ("y", "x"), ("a", "x"), ("n", "m"), (r"\theta", "x"), (r"\alpha", r"\beta"), ("x_1", "x_2"),
+    ("x_1", "x"), ("V_{1}", "V_2"), ("a_n", "a_m"), ("f(2)", "g(2)"), ("f(2)", "f(3)"), ("f(x)", "g(x)"),
+    ("P(A)", "P(B)"), ("(y, x)", "(x, y)"), ("AB", "CD"), ("AB", "AC"), ("|AB|", "|CD|"),
+    (r"\overline{AB}", r"\overline{BC}"), (r"\angle ABC", r"\angle BAC"), (r"\frac{NO}{BO}", r"\frac{BO}{NO}"),
+    ("A:B", "B:A"), ("X", "x"),
+]
+
+
+def _value_for(label: str) -> str:
+    return "(1, 2)" if label.startswith("(") else "3"
+
+
+@pytest.mark.parametrize(("cand_label", "gold_label"), DIFFERENT_LABELS)
+def test_different_labels_differ(cand_label: str, gold_label: str) -> None:
+    v = _value_for(gold_label)
+    assert score(f"{cand_label} = {v}", f"{gold_label} = {v}") == 0.0
+    assert score(f"{gold_label} = {v}", f"{cand_label} = {v}") == 0.0
+    assert score(f"{v} = {cand_label}", f"{gold_label} = {v}") == 0.0  # a trailing label too
+    assert score(f"{gold_label} = {v}", f"{gold_label}={v}") == 1.0  # the same label
+    assert score(f"{cand_label} = {v}", v) == 1.0  # one side labelled: the value decides
+    assert score(v, f"{gold_label} = {v}") == 1.0
+
+
+SAME_LABEL_SPELLINGS = [
+    ("x_{1}", "x_1"), ("V_1", "V_{1}"), ("(x,y)", "(x, y)"), ("AB", "BA"), ("|AB|", "AB"),
+    (r"\overline{AB}", "AB"), (r"\overline{AB}", "|BA|"), (r"\angle ABC", r"\angle CBA"), ("f(x)", "f( x )"),
+    (r"m\angle ABC", r"\angle CBA"),
+]
+
+
+@pytest.mark.parametrize(("a", "b"), SAME_LABEL_SPELLINGS)
+def test_one_label_spelled_two_ways(a: str, b: str) -> None:
+    v = _value_for(a)
+    assert score(f"{a} = {v}", f"{b} = {v}") == 1.0
+    assert score(f"{b} = {v}", f"{a} = {v}") == 1.0
+
+
+MEMBERSHIPS = [r"(-\infty, 2]", r"[0, \infty)", r"(-\infty, -2) \cup (2, \infty)", r"(-\infty, \infty)", r"[1, 2]"]
+
+
+@pytest.mark.parametrize("interval", MEMBERSHIPS)
+def test_membership_label_before_infinity(interval: str) -> None:
+    # "\in" is a word: the "\in" that starts "\infty" is no second relation
+    assert score(rf"x \in {interval}", interval) == 1.0
+    assert score(interval, rf"x \in {interval}") == 1.0
+    assert score(rf"t \in {interval}", rf"x \in {interval}") == 0.0  # another variable
+
+
+@pytest.mark.parametrize("gold", [r"y \le 2", r"y \leq 2", r"2 \ge y", r"y < 2"])
+def test_inequality_variable_is_a_label(gold: str) -> None:
+    interval = r"(-\infty, 2]" if "<" not in gold else r"(-\infty, 2)"
+    assert score(rf"x \in {interval}", gold) == 0.0
+    assert score(rf"y \in {interval}", gold) == 1.0
+    assert score(interval, gold) == 1.0
 
 
 RELATIONS = ["=", r"\neq", r"\ne", "<", ">", r"\le", r"\leq", r"\leqslant", r"\ge", r"\geq", "<=", ">="]
@@ -384,6 +444,25 @@ SAME_RENDERING = [
     ("{1, 3}", "1, 3"),
     ("x <= 1", r"x \le 1"),
     (r"x \leqslant 1", r"x \leq 1"),
+    # round 4: text groups of blanks or a sign, upright constants, operator names, arrays
+    (r"\text{ }5", "5"),
+    (r"\mbox{ } 5 \textrm{ }", "5"),
+    (r"\text{-}5", "-5"),
+    (r"\textbf{-}\frac{1}{2}", "-0.5"),
+    (r"\text{ - }5", "-5"),
+    (r"\text{\$}5", r"\$5"),
+    (r"\mathrm{e}^{2}", "e^2"),
+    (r"\mathrm{e}^{i\pi} + \infty", r"e^{i\pi} + \infty"),
+    (r"3+4\mathrm{i}", "3+4i"),
+    (r"\operatorname{e}^x", "e^x"),
+    (r"\operatorname{sin}x", r"\sin x"),
+    (r"\operatorname{arcsin}(x)", r"\arcsin x"),
+    (r"\mathrm{ln}\,x", r"\ln x"),
+    (r"\operatorname{gcd}(a, b)", r"\gcd(a,b)"),
+    (r"\operatorname{max}(a, b)", r"\max(a, b)"),
+    (r"\left(\begin{array}{cc} 1 & 2 \\ 3 & 4 \end{array}\right)", r"\begin{pmatrix} 1 & 2 \\ 3 & 4 \end{pmatrix}"),
+    (r"(\begin{array}{c} \frac12 \\ 0 \end{array})", r"\begin{pmatrix} 0.5 \\ 0 \end{pmatrix}"),
+    (r"\left[\begin{array}{rl} 1 & 2 \end{array}\right]", r"\begin{bmatrix} 1 & 2 \end{bmatrix}"),
 ]
 
 
@@ -405,7 +484,24 @@ RENDER_DIFFERENTLY = [
     (r"11,\!11", "1111"),
     ("1 00", "100"),
     (r"12\text{\%}", "0.12"),
+    (r"\text{-}5", "5"),
+    (r"\mathrm{e}^2", "e^3"),
+    (r"\operatorname{sin}x", r"\cos x"),
+    (r"\left(\begin{array}{cc} 1 & 2 \\ 3 & 4 \end{array}\right)", r"\begin{bmatrix} 1 & 2 \\ 3 & 4 \end{bmatrix}"),
+    (r"\left(\begin{array}{c|c} 1 & 2 \\ 3 & 4 \end{array}\right)", r"\begin{pmatrix} 1 & 2 \\ 3 & 4 \end{pmatrix}"),
+    (r"\left(\begin{array}{cc} 1 & 2 \\ 3 & 4 \end{array}\right]", r"\begin{pmatrix} 1 & 2 \\ 3 & 4 \end{pmatrix}"),
+    (r"\left(\begin{array}{cc} 1 & 2 \\ 3 & 5 \end{array}\right)", r"\begin{pmatrix} 1 & 2 \\ 3 & 4 \end{pmatrix}"),
 ]
+
+
+@pytest.mark.parametrize(
+    ("cand", "gold"), [(r"5\,\mathrm{min}", r"5\text{ minutes}"), (r"30\mathrm{deg}", r"30^\circ")]
+)
+def test_upright_unit_words_stay_units(cand: str, gold: str) -> None:
+    # \mathrm{min} and \mathrm{deg} after a number are minutes and degrees, not \min, \deg
+    assert score(cand, gold) == 1.0
+    assert score(cand, "5" if "min" in cand else "30") == 1.0
+    assert score(cand, r"5\text{ hours}" if "min" in cand else r"\frac{\pi}{6}") == 0.0
 
 
 @pytest.mark.parametrize(("a", "b"), RENDER_DIFFERENTLY)
@@ -479,6 +575,29 @@ def test_lists_that_are_not_the_set(cand: str, gold: str) -> None:
     assert score(cand, gold) == 0.0
 
 
+# Rule "a comma before three digits is no list joint when the item would be zero-padded":
+# "1,000" is one thousand (a list of 1 and 000 nobody writes), in every bracket.
+THOUSANDS_NOT_LISTS = [
+    ("1,000", "1, 0"), ("(1,000)", "(1, 0)"), ("[1,000]", "[1, 0]"), (r"\{1,000\}", r"\{1, 0\}"),
+    ("(1,000, 2)", "(1, 0, 2)"), ("(2, 1,000)", "(2, 1, 0)"), ("1,000,000", "1, 0, 0"), ("(1, 05)", "(1, 5)"),
+    ("-1,000", "-1, 0"),
+]
+
+
+@pytest.mark.parametrize(("cand", "gold"), THOUSANDS_NOT_LISTS)
+def test_thousands_are_not_a_list_with_a_zero_padded_item(cand: str, gold: str) -> None:
+    assert score(cand, gold) == 0.0
+    assert score(gold, cand) == 0.0
+    assert score(cand, cand) == 1.0
+
+
+@pytest.mark.parametrize(
+    ("cand", "gold"), [("1,000", "1000"), ("1,000,000", "1000000"), ("(0, 0)", "(0,0)"), ("(0.5, 0)", r"(\frac12, 0)")]
+)
+def test_thousands_and_zero_items_still_read(cand: str, gold: str) -> None:
+    assert score(cand, gold) == 1.0
+
+
 # every way of listing several values is still a hedge for a single-valued gold
 LISTINGS = [
     "1, 2", "2, 1", "1 or 2", "1 and 2", r"1 \text{ or } 2", r"1 \text{ and } 2", r"1 \quad\text{or}\quad 2",
@@ -518,7 +637,26 @@ SLOW_SHAPES = [
     " 000" * 3000,
     ";" * 5000,
     "a < x < b, " * 500,
+    "5 " + "aa  " * 1000 + "1",
+    r"\text{ }" * 1000,
+    r"\text{-}" * 1000,
+    r"\mathrm{e}" * 1000,
+    r"\operatorname{sin}" * 1000,
+    r"(\begin{array}{c}" * 500 + "1" + r"\end{array})" * 500,
+    r"x \in " + r"\infty" * 2000,
+    "x = " * 1000 + r"y \le 2",
+    "1,000, " * 1000,
 ]
+
+
+def test_bare_unit_pattern_is_linear() -> None:
+    # whitespace is collapsed before this pattern runs, but the pattern itself must not
+    # depend on that: two readings of each space made "5 aa  aa ... 1" exponential
+    from rlvr.verifiers.math.normalise import _BARE_UNIT
+
+    start = time.perf_counter()
+    _BARE_UNIT.fullmatch("5 " + "aa  " * 22 + "1")  # 2.4 s before, each "aa  " x3.5
+    assert time.perf_counter() - start < 0.05
 
 
 @pytest.mark.parametrize("shape", SLOW_SHAPES, ids=range(len(SLOW_SHAPES)))

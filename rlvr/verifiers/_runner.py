@@ -14,8 +14,9 @@ process) but cannot reach the runner's stdout, and the runner kills a child that
 overruns its per-test time.
 
 Job: {"mode": "asserts" | "io", "program": str, "setup": str, "probes": [probe, ...],
-"inputs": [stdin, ...], "uid": int | null, "limits": {...}}. A probe is an expression of the
-program (``"f(2)"``, evaluated in its namespace) or ``{"call": expr, "args": tokens, "kwargs":
+"inputs": [stdin, ...], "typing_names": [name, ...], "uid": int | null, "limits": {...}}
+("typing_names": names of ``typing`` bound before an asserts job's program runs). A probe is
+an expression of the program (``"f(2)"``, evaluated in its namespace) or ``{"call": expr, "args": tokens, "kwargs":
 tokens}``: the program's callable ``expr`` called on data the host encoded in the same flat
 tokens as the results (``rlvr.verifiers.results.encode_value``; decoded here by ``_untag``).
 Lines out: {"id": i, "value": [flat tokens]} | {"id": i, "error": NAME} (asserts) and
@@ -131,12 +132,31 @@ def _tag(value, lazy=(1.0, 1 << 18)):
                 # A subclass of built-in data (Counter, defaultdict, OrderedDict, an int subclass)
                 # goes as its base type's plain value: its methods, __eq__ included, stay here.
                 nodes -= 1
-                todo.append((base(item), depth))
+                todo.append((_plain(base, item), depth))
                 continue
             header, members = _tag_other(item, _MAX_NODES - nodes, lazy)
             out += header
             todo.extend((m, depth + 1) for m in reversed(members))
     return out
+
+
+def _plain(base, item):
+    """The data a subclass of a built-in type holds, read by the base type's own code: never by
+    the subclass's conversions (``__str__``, ``__int__``, ``__float__``, ``__iter__``, ``keys``...),
+    which could say anything (``S("zzz")`` whose ``__str__`` says "hello" compares unequal to
+    "hello" in Python, and so must here). A ``class C(str, Enum)`` member is its value, 'a'."""
+    if base is dict:
+        collections = sys.modules.get("collections")
+        if collections is not None and type(item) is collections.OrderedDict:
+            return dict(item)  # its own order (move_to_end), by its own C code
+        return dict(dict.items(item))
+    if base in (list, tuple, set, frozenset):
+        return base(base.__iter__(item))
+    return _PLAIN_SCALARS[base](item)
+
+
+_PLAIN_SCALARS = {int: int.__index__, float: float.__float__, complex: complex.__complex__, str: str.__str__,
+                  bytes: bytes.__bytes__}
 
 
 def _tag_other(item, room, lazy):
@@ -279,6 +299,10 @@ def _asserts_child(job, start, out_fd):
 
     namespace = {"__name__": "solution", "__builtins__": _program_builtins()}
     try:
+        if job.get("typing_names"):  # LeetCode's and HumanEval's harnesses import them for the program
+            import typing
+
+            namespace.update({name: getattr(typing, name) for name in job["typing_names"] if name in typing.__all__})
         exec(compile(job["program"], "solution.py", "exec"), namespace)
         if job.get("setup"):
             exec(compile(job["setup"], "setup.py", "exec"), namespace)

@@ -45,16 +45,17 @@ import functools
 import json
 import re
 import time
+import typing
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from rlvr.verifiers.formats import ROW_FIELDS, call_target, native_spec, same_output, same_result
-from rlvr.verifiers.judge import CompiledAssert, JudgeError, ProbeFailed, compile_assert, decode_value, evaluate, host_names
+from rlvr.verifiers.judge import CompiledAssert, JudgeError, ProbeFailed, compile_assert, decode_value, evaluate
 from rlvr.verifiers.results import encode_value
 from rlvr.verifiers.sandbox import Limits, SandboxUnavailable, run_job, warm_up
 from rlvr.verifiers.served import MAX_JOBS_PER_SANDBOX, can_serve, plan_servers, run_jobs_served
-from rlvr.verifiers.testcode import MAX_ROUNDS, TestCode, compile_test_code, interpret_round, trusted_helpers
+from rlvr.verifiers.testcode import MAX_ROUNDS, TestCode, assert_names, compile_test_code, interpret_round, trusted_helpers
 
 __all__ = ["CodeReport", "TestResult", "check_tests", "extract_program", "parse_tests", "python_code", "python_code_batched",
            "run_python_tests", "run_python_tests_batch", "sandbox_preflight"]
@@ -117,6 +118,35 @@ def extract_program(completion: str) -> str | None:
     return blocks[-1] if blocks else None
 
 
+_TYPING_NAMES = frozenset(typing.__all__)
+
+
+def typing_names(program: str) -> list[str]:
+    """The names of ``typing`` (``List``, ``Optional``...) the program reads but never binds.
+
+    The rule: a program judged by its functions (asserts, check, calls) runs with these bound, as
+    the harnesses it is written for run it: LeetCode's and LiveCodeBench's import ``typing`` for
+    a ``class Solution``, HumanEval's prompt (``from typing import List``) precedes the completion.
+    An I/O program runs as the script it is."""
+    try:
+        tree = ast.parse(program)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return []
+    read, bound = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, ast.ImportFrom) and node.module == "typing" and any(a.name == "*" for a in node.names):
+            return []  # the program binds them all itself
+        elif isinstance(node, ast.alias):
+            bound.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+    return sorted((read & _TYPING_NAMES) - bound)
+
+
 def parse_tests(tests: dict | list | str, fields: dict[str, Any] | None = None, *, need_fields: bool = True) -> _Spec:
     """Validate a tests spec, in any form python_code reads (see the module docstring), with the
     row's ``fields`` (``entry_point``, ``test_setup_code``...); raises ValueError with the reason
@@ -162,7 +192,7 @@ def _parse_asserts(spec: dict, key: str, need_fields: bool) -> _Spec:
     if not isinstance(spec["asserts"], list) or not spec["asserts"]:
         raise ValueError('"asserts" must be a non-empty list of assert statements')
     probes: list[str] = []
-    names = host_names(spec.get("setup", ""))
+    names = assert_names(spec.get("setup", ""))
     checks = tuple(compile_assert(k, source, names, probes) for k, source in enumerate(spec["asserts"]))
     return _Spec("asserts", checks=checks, probes=tuple(probes), setup=spec.get("setup", ""), names=names, key=key)
 
@@ -303,6 +333,7 @@ class _Judging:
         self.pending: dict[str, dict] = {}  # check tests: the current round's calls (key -> probe)
         self.calls: list[str] = []  # ... in the order of the job's probes
         self.rounds, self.wall_s, self.status = 0, 0.0, "ok"
+        self.typing_names = typing_names(program) if program and spec.mode != "io" else []
         if program is None or len(program) > limits.source_chars:
             detail = "no ```python block" if program is None else f"program longer than {limits.source_chars} characters"
             self.report = CodeReport(0.0, tuple(TestResult(i, False, detail) for i in range(len(spec))), "not_run")
@@ -314,12 +345,16 @@ class _Judging:
         if spec.mode == "io":
             return {"mode": "io", "program": program, "inputs": list(spec.inputs)}
         if spec.mode == "asserts":
-            return {"mode": "asserts", "program": program, "setup": spec.setup, "probes": list(spec.probes)}
-        if spec.mode == "calls":
+            job = {"mode": "asserts", "program": program, "setup": spec.setup, "probes": list(spec.probes)}
+        elif spec.mode == "calls":
             target = call_target(program or "", spec.fn_name)
             probes = [{"call": target, "args": encode_value(list(args)), "kwargs": encode_value({})} for args in spec.call_args]
-            return {"mode": "asserts", "program": program, "setup": "", "probes": probes}
-        return {"mode": "asserts", "program": program, "setup": "", "probes": [self.pending[key] for key in self.calls]}
+            job = {"mode": "asserts", "program": program, "setup": "", "probes": probes}
+        else:
+            job = {"mode": "asserts", "program": program, "setup": "", "probes": [self.pending[key] for key in self.calls]}
+        if self.typing_names:
+            job["typing_names"] = self.typing_names
+        return job
 
     def take(self, run: Any) -> None:
         """The verdicts on a job's run (for test code: the next round, or the verdict). Judging

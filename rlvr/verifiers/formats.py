@@ -52,7 +52,7 @@ def native_spec(tests: Any, fields: dict[str, Any] | None = None) -> dict:
             raise ValueError("code tests are nested too deeply") from None
     if isinstance(value, dict):
         if NATIVE_KEYS & value.keys():
-            return value
+            return _with_row_fields(value, fields)
         if {"inputs", "outputs"} <= value.keys():
             return _from_apps(value, fields)
         if {"input", "output"} <= value.keys():
@@ -67,6 +67,15 @@ def native_spec(tests: Any, fields: dict[str, Any] | None = None) -> dict:
         return _from_source(value, fields)
     raise ValueError(f"code tests must be a dict, a non-empty list of asserts or of LiveCodeBench test cases, or Python "
                      f"test source; got {type(value).__name__} {str(value)[:80]!r}")
+
+
+def _with_row_fields(spec: dict, fields: dict) -> dict:
+    """A native spec that needs a name takes it from the row when it does not give one itself: a
+    ``check`` its ``entry_point`` (and ``prompt``), ``calls`` its ``fn_name`` (docs/verifiers.md:
+    a spec without the field is scored with the row's)."""
+    wanted = ("entry_point", "prompt") if "check" in spec else ("fn_name",) if "calls" in spec else ()
+    missing = {name: fields[name] for name in wanted if name not in spec and name in fields}
+    return {**spec, **missing} if missing else spec
 
 
 # ------------------------------------------------------------------------ code tests
@@ -124,11 +133,11 @@ def _from_mbpp(asserts: list[str], fields: dict) -> dict:
 def _judges_nothing(source: str, setup: str) -> bool:
     """True for an assert that names nothing but the judge's trusted names (``assert True``,
     ``assert 1 + 1 == 2``): it cannot tell one program from another."""
-    from rlvr.verifiers.judge import host_names
+    from rlvr.verifiers.testcode import assert_names
 
     try:
         tree = ast.parse(source.strip())
-        trusted = host_names(setup)
+        trusted = assert_names(setup)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return False  # the judge reports the problem, naming the test
     if len(tree.body) != 1 or not isinstance(tree.body[0], ast.Assert):

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import ast
 import decimal
+import importlib
 import sys
 import time
 from dataclasses import dataclass
@@ -65,11 +66,15 @@ from rlvr.verifiers.trusted import (
     size_at_most,
 )
 
-__all__ = ["CompiledAssert", "JudgeError", "MAX_SAME_HASH", "ProbeFailed", "compile_assert", "decode_value", "evaluate", "host_names"]
+__all__ = ["CompiledAssert", "HostCallable", "JudgeError", "MAX_SAME_HASH", "ProbeFailed", "compile_assert", "decode_value", "evaluate", "host_names"]
 
 HOST_BUILTINS: dict[str, Any] = {**BUILTINS, **ATTRIBUTE_BUILTINS}
 CONSTRUCTORS: dict[type, Callable] = {**SAFE_TYPES, **SAFE_CONSTRUCTORS}
 _CALLABLE = CALLABLE_TYPES | frozenset(SAFE_CONSTRUCTORS)
+# Steps between two looks at the clock. One step may do up to linear work on a returned value
+# (`x in f()` on 10^5 items: 0.5 ms), so looking every 4096 steps let a quadratic test overrun its
+# deadline by seconds; every 64 it overruns by at most ~0.1 s, and a look costs ~1% of a step.
+DEADLINE_EVERY = 64
 _TYPE_TESTS = (isinstance, issubclass)  # take types as types: no constructor substituted
 _STDLIB = frozenset(name for name in sys.stdlib_module_names if not name.startswith("_"))
 _BUILTIN_NAMES = frozenset(dir(__import__("builtins")))
@@ -106,6 +111,9 @@ def host_names(setup: str) -> HostNames:
                     imported[(alias.asname or alias.name).split(".")[0]] = alias.name
         elif isinstance(node, ast.ImportFrom) and node.module in HOST_MODULES and node.level == 0:
             for alias in node.names:
+                if alias.name == "*":  # MBPP's `from math import *`
+                    names.update(_star_import(node.module, imported))
+                    continue
                 member = HOST_MODULES[node.module].members.get(alias.name)
                 if member is None:
                     raise ValueError(f"setup imports {node.module}.{alias.name}, which the judge does not provide")
@@ -124,6 +132,27 @@ def host_names(setup: str) -> HostNames:
         names.pop(name, None)
     names.update({name: SandboxImport(module) for name, module in imported.items() if name not in defined})
     return HostNames(names, setup_bound=frozenset(defined))
+
+
+def _star_import(module: str, imported: dict[str, str]) -> dict[str, Any]:
+    """``from module import *`` of a provided module: the members the judge provides are the
+    host's; every other public name of the real module is recorded in ``imported`` (it lives
+    beside the program, see `SandboxImport`); a name that would cover a built-in stays the
+    built-in (in an assert, every built-in is the judge's)."""
+    real = importlib.import_module(module)
+    public = getattr(real, "__all__", None) or [n for n in dir(real) if not n.startswith("_")]
+    members = HOST_MODULES[module].members
+    imported.update({n: f"{module}.{n}" for n in public if n not in members and n not in _BUILTIN_NAMES})
+    return {n: value for n, value in members.items() if n not in _BUILTIN_NAMES}
+
+
+class HostCallable:
+    """A function of the trusted test code the host interprets (a setup helper, `testcode.py`):
+    a name bound to one resolves, in an assert, to `bound` with the asserting interpreter, whose
+    deadline and budgets the call shares."""
+
+    def bound(self, caller: "_Interpreter") -> Callable[..., Any]:
+        raise NotImplementedError
 
 
 class HostNames(dict):
@@ -343,7 +372,7 @@ class _Interpreter:
         self.steps += 1
         if self.steps > MAX_STEPS:
             raise JudgeError("too much work")
-        if self.steps % 4096 == 0 and time.monotonic() > self.deadline:
+        if self.steps % DEADLINE_EVERY == 0 and time.monotonic() > self.deadline:
             raise JudgeError("Timeout")
         return getattr(self, "do_" + type(node).__name__)(node, env)
 
@@ -358,7 +387,8 @@ class _Interpreter:
         return node.value
 
     def do_Name(self, node: ast.Name, env: dict) -> Any:
-        return env[node.id] if node.id in env else self.names[node.id]
+        value = env[node.id] if node.id in env else self.names[node.id]
+        return value.bound(self) if isinstance(value, HostCallable) else value
 
     def items(self, nodes: list[ast.expr], env: dict) -> list:
         out: list = []

@@ -19,7 +19,17 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
-from rlvr.verifiers.trusted import MAX_DEPTH, MAX_DECIMAL_EXPONENT, MAX_FRACTION_BITS, MAX_INT_BITS, MAX_LENGTH, MAX_NODES, JudgeError, check_hashes
+from rlvr.verifiers.trusted import (
+    MAX_DECIMAL_DIGITS,
+    MAX_DEPTH,
+    MAX_FRACTION_BITS,
+    MAX_INT_BITS,
+    MAX_LENGTH,
+    MAX_NODES,
+    JudgeError,
+    check_hashes,
+    checked,
+)
 
 
 # Tags followed by a count and that many members (a dict and an items view: 2 per entry).
@@ -155,12 +165,9 @@ def _range(start: int, stop: int, step: int) -> range:
 
 
 def _decimal(text: str) -> Decimal:
-    if len(text) > MAX_INT_BITS // 3:
+    if len(text) > MAX_DECIMAL_DIGITS + 32:  # digits, a sign, a point and an exponent
         raise JudgeError("decimal too long")
-    value = Decimal(text)
-    if value.is_finite() and abs(value.adjusted()) > MAX_DECIMAL_EXPONENT:  # int() of it would be huge
-        raise JudgeError("decimal exponent out of range")
-    return value
+    return checked(Decimal(text))  # exponent and digits within the judge's bounds
 
 
 def _build(kind: str, items: list) -> Any:

@@ -50,12 +50,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from rlvr.verifiers.host_modules import HOST_MODULES, REFUSED_MODULES, _new_random, _random_members
-from rlvr.verifiers.judge import _DECIMALS, _Interpreter, host_names
-from rlvr.verifiers.methods import MUTATING, BoundMethod, data_attribute
+from rlvr.verifiers.judge import _DECIMALS, DEADLINE_EVERY, HostCallable, HostNames, _Interpreter, host_names
+from rlvr.verifiers.methods import DATA_NAMES, MUTATING, BoundMethod, data_attribute
 from rlvr.verifiers.results import decode_value, encode_value
 from rlvr.verifiers.trusted import BINARY, COMPARE, MAX_LENGTH, MAX_SAME_HASH, JudgeError, ProbeFailed, TrustedModule, checked, materialised
 
-__all__ = ["MAX_ROUNDS", "Round", "TestCode", "compile_test_code", "interpret_round", "trusted_helpers"]
+__all__ = ["MAX_ROUNDS", "Round", "SetupHelper", "TestCode", "assert_names", "compile_test_code", "interpret_round",
+           "trusted_helpers"]
 
 MAX_ROUNDS = 4  # sandbox jobs one check may take (HumanEval: 1, or 2 with the program's prompt helpers)
 MAX_CHECK_STEPS = 2_000_000  # interpreter steps per round, the whole check
@@ -370,6 +371,7 @@ class _TestInterpreter(_Interpreter):
         self.hash_counts: dict[int, tuple[Any, dict[int, int]]] = {}
         self.waiting = 0  # asserts left for a later round
         self.placeholders = False  # some container holds UNKNOWN: arguments are searched for it
+        self.max_steps = MAX_CHECK_STEPS
 
     @staticmethod
     def _no_probe(index: int) -> Any:
@@ -377,9 +379,9 @@ class _TestInterpreter(_Interpreter):
 
     def run(self, node: ast.AST, env: Any) -> Any:
         self.steps += 1
-        if self.steps > MAX_CHECK_STEPS:
+        if self.steps > self.max_steps:
             raise JudgeError("too much work in the test code")
-        if self.steps % 4096 == 0 and time.monotonic() > self.deadline:
+        if self.steps % DEADLINE_EVERY == 0 and time.monotonic() > self.deadline:
             raise JudgeError("Timeout")
         return getattr(self, "do_" + type(node).__name__)(node, env)
 
@@ -475,7 +477,11 @@ class _TestInterpreter(_Interpreter):
             if isinstance(callee, _Impure):
                 raise _Stall  # a draw skipped now would shift every later draw of this replay
             return UNKNOWN  # a pure function of an unknown value
-        # everything else as the judge calls it (its bounds, its constructors), on the values computed here
+        # everything else as the judge calls it (its bounds, its constructors), on the values computed here;
+        # the program's function handed to a host function (`map(candidate, xs)`, `key=candidate`) calls
+        # into the program like any call of it: a data-argument probe, its result unknown until reported
+        args = [self.program_callable(a) if isinstance(a, ProgramName) else a for a in args]
+        kwargs = {k: self.program_callable(v) if isinstance(v, ProgramName) else v for k, v in kwargs.items()}
         synthetic = ast.Call(func=_Value(callee), args=[_Value(a) for a in args],
                              keywords=[ast.keyword(arg=k, value=_Value(v)) for k, v in kwargs.items()])
         return super().do_Call(synthetic, env)
@@ -488,6 +494,11 @@ class _TestInterpreter(_Interpreter):
                 raise JudgeError("** in a call is not supported")
             kwargs[kw.arg] = self.charge(self.run(kw.value, env))
         return args, kwargs
+
+    def program_callable(self, name: ProgramName) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return self.call_program(name.expr, list(args), kwargs)
+        return call
 
     def call_program(self, expr: str, args: list, kwargs: dict) -> Any:
         """A call into the program: its reported result, or UNKNOWN until the sandbox runs it."""
@@ -616,8 +627,8 @@ class _TestInterpreter(_Interpreter):
             value = current
         elif current is UNKNOWN or operand is UNKNOWN:
             value = UNKNOWN
-        else:
-            value = BINARY[type(node.op)](current, operand)
+        else:  # bounded as `x = x + y` is: a loop of `t += x` or `p *= x` cannot grow a value past the judge's bounds
+            value = checked(BINARY[type(node.op)](current, operand))
         self.store(target, value, env)
 
     @staticmethod
@@ -775,3 +786,99 @@ def interpret_round(code: TestCode, entry_point: str, known: dict[str, dict], de
 
 
 _MODULES = _test_modules()  # what imports and module attributes are checked against when the tests load
+
+
+# ------------------------------------------------------------------------ helpers of an asserts setup
+
+
+class SetupHelper(HostCallable):
+    """A function an asserts spec's setup (MBPP's ``test_setup_code``) defines and the host can
+    interpret on data: trusted test code, so it runs here, like a HumanEval check's helpers (the
+    calls of one assert share a check's step budget, `MAX_CHECK_STEPS`, and its deadline). In
+    the sandbox it ran beside the program, which could patch what it uses (``builtins.sorted``)
+    or hand it a value whose methods lie: ``assert is_sorted(f(3))`` passed a wrong ``f``."""
+
+    def __init__(self, module: ast.Module, name: str) -> None:
+        self.module, self.name = module, name
+
+    def bound(self, caller: _Interpreter) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            # one interpreter per assert for all its helper calls: they share a check's step
+            # budget (a helper may compute an expected value the long way), the assert's deadline
+            # and its size budget
+            interpreter, env = self.interpreter_for(caller)
+            interpreter.produced = caller.produced
+            try:
+                return env[self.name](*args, **kwargs)
+            except _Failed as failure:
+                raise JudgeError(f"setup helper {self.name}: {failure}") from None
+            except (_Return, _Break, _Continue, _Stall, _Pending):
+                raise JudgeError(f"setup helper {self.name} cannot be judged") from None
+            finally:
+                caller.produced = interpreter.produced
+        call.__name__ = self.name
+        return call
+
+    def interpreter_for(self, caller: _Interpreter) -> tuple[_TestInterpreter, ChainMap]:
+        held = caller.__dict__.setdefault("setup_interpreters", {})
+        if id(self.module) not in held:
+            interpreter, env = _TestInterpreter({}, caller.deadline), ChainMap({})
+            interpreter.block(self.module.body, env)  # the imports and the defs
+            held[id(self.module)] = (interpreter, env, self.module)  # the module held: its id stays its own
+        return held[id(self.module)][:2]
+
+
+def assert_names(setup: str) -> HostNames:
+    """The names an assert resolves on the host (`judge.host_names`), plus the setup's helpers
+    the host interprets (`setup_helpers`)."""
+    names = host_names(setup)
+    names.update(setup_helpers(setup))
+    return names
+
+
+def setup_helpers(setup: str) -> dict[str, SetupHelper]:
+    """THE rule for a setup's functions: a top-level ``def`` of the setup is trusted test code
+    and runs on the host when the host can interpret it on data: the test code rules above hold
+    for it (no class, ``try``, refused built-in...), every attribute it reads is one of a
+    built-in data type's (`methods.DATA_NAMES`) or of a provided module, it is bound once, and
+    every free name it uses is the judge's or another such helper. Any other helper (one that
+    walks a program's objects, ``node.val``; one that calls the program) builds inputs or reads
+    the program's objects, so it stays beside the program, in the sandbox."""
+    try:
+        module = ast.parse(setup or "")
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return {}
+    imports = [n for n in module.body if isinstance(n, (ast.Import, ast.ImportFrom)) and _provided_import(n)]
+    bindings: dict[str, int] = {}
+    for node in ast.walk(module):
+        names = [node.id] if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) else \
+            [node.name] if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else \
+            [(a.asname or a.name).split(".")[0] for a in node.names] if isinstance(node, (ast.Import, ast.ImportFrom)) else []
+        for name in names:
+            bindings[name] = bindings.get(name, 0) + 1
+    free: dict[str, frozenset[str]] = {}
+    for node in module.body:
+        if not isinstance(node, ast.FunctionDef) or bindings.get(node.name) != 1 or not _reads_data_only(node):
+            continue
+        try:
+            free[node.name] = _check_module(ast.Module(body=[*imports, node], type_ignores=[]), "setup") - {node.name}
+        except ValueError:
+            continue
+    helpers = set(free)
+    while True:  # a helper that needs a name other than the judge's or another helper's stays in the sandbox
+        left = {name for name in helpers if free[name] <= helpers}
+        if left == helpers:
+            break
+        helpers = left
+    body = [*imports, *(n for n in module.body if isinstance(n, ast.FunctionDef) and n.name in helpers)]
+    shared = ast.Module(body=body, type_ignores=[])
+    return {name: SetupHelper(shared, name) for name in sorted(helpers)}
+
+
+def _reads_data_only(function: ast.FunctionDef) -> bool:
+    """Every attribute the function reads is a built-in data type's or a provided module's member."""
+    for node in ast.walk(function):
+        if isinstance(node, ast.Attribute) and node.attr not in DATA_NAMES and not (
+                isinstance(node.value, ast.Name) and node.value.id in _MODULES and node.attr in _MODULES[node.value.id].members):
+            return False
+    return True

@@ -29,6 +29,9 @@ MAX_STEPS = 250_000  # interpreter steps per assert; each step's own work is bou
 MAX_SAME_HASH = 32  # members of one set or dict sharing a hash (honest data: ~1)
 MAX_FRACTION_BITS = 1 << 13  # numerator and denominator together: each addition runs a gcd, superlinear
 MAX_DECIMAL_EXPONENT = 10_000  # a Decimal's adjusted exponent: int() of one stays under MAX_INT_BITS
+# A Decimal's digits (CPython's own bound on int/str conversions): its exact value (Fraction(d),
+# as_integer_ratio, statistics' exact sums) converts in milliseconds; 43,000 digits took 0.2 s each.
+MAX_DECIMAL_DIGITS = 4_300
 MAX_PRODUCED = 2 * MAX_LENGTH  # logical size of all comprehensions and lambdas build, per assert
 
 
@@ -274,8 +277,11 @@ def checked(value: Any) -> Any:
         raise JudgeError("integer too large")
     if type(value) is fractions.Fraction and value.numerator.bit_length() + value.denominator.bit_length() > MAX_FRACTION_BITS:
         raise JudgeError("fraction too large")
-    if type(value) is decimal.Decimal and value.is_finite() and abs(value.adjusted()) > MAX_DECIMAL_EXPONENT:
-        raise JudgeError("decimal exponent out of range")  # int() or format() of it would be huge
+    if type(value) is decimal.Decimal and value.is_finite():
+        if abs(value.adjusted()) > MAX_DECIMAL_EXPONENT:
+            raise JudgeError("decimal exponent out of range")  # int() or format() of it would be huge
+        if len(value.as_tuple().digits) > MAX_DECIMAL_DIGITS:
+            raise JudgeError("decimal with too many digits")
     if size_of(value) > MAX_LENGTH:
         raise JudgeError("value too large")
     return value

@@ -14,7 +14,8 @@ float approximation), so every rule here errs towards 0. Public entry points:
 
 Normalisation splits an answer into its value and its unit (``7\\text{ cm}^2`` is 7 and
 ``cm^2``): units are compared, never erased (``equal._units_match``); a label is dropped
-only when it is not on the other side (``normalise._drop_assignment``); spellings that TeX
+only when it is not on the other side (``normalise._drop_assignment``) and compared when both
+sides carry one (``equal._labels_match``); spellings that TeX
 renders the same are one form (``forms._canonical``). docs/verifiers.md lists every rule
 and the decisions behind it.
 
@@ -134,7 +135,7 @@ boxed_math.warm_up = _warm_up  # type: ignore[attr-defined]
 
 
 def _spelling(box: str) -> str:
-    norm, unit, _ = _normalise_parts(_unwrap_nested(box))
+    norm, unit = _normalise_parts(_unwrap_nested(box))[:2]
     value = _exact_number(norm)
     if value is not None and not isinstance(value, str):
         norm = str(value)  # 0.5, 1/2 and \frac{1}{2} are one vote: "1/2"

@@ -44,6 +44,7 @@ from rlvr.verifiers.math.normalise import (
     _Answer,
     _exact_number,
     _is_plain_number,
+    _label_key,
     _normalise_parts,
     _same_number,
 )
@@ -173,6 +174,10 @@ _WORD_JOINT = re.compile(
     r"\s*,?\s*(?:\\(?:text|textrm|textnormal|textup|mbox|mathrm)\{\s*(?:or|and)\s*\}|\b(?:or|and)\b)\s*,?\s*", _A
 )
 _BRACED_THOUSANDS = re.compile(r"-?[0-9]{1,3}(?:\{,\}[0-9]{3})+(?:\.[0-9]+)?", _A)
+# Rule "a comma before three digits is no list joint when the item would be zero-padded":
+# nobody lists 0 as "000" or 5 as "05", so "1,000" and "(1,000)" are one thousand (refused
+# where the gold is a list) and never match the list 1, 0 or the tuple (1, 0).
+_ZERO_PADDED = re.compile(r"[-+]?0[0-9]+(?:\.[0-9]*)?", _A)
 _MAX_NESTING = 6  # lists of lists of ...: deeper is refused
 _MULTISETS = ("", "\\{\\}")  # a bare list ("all solutions") and a set
 
@@ -216,13 +221,38 @@ def _units_match(cand: _Answer, gold: _Answer) -> bool:
     return cand.unit == "deg" and gold.unit in ("degC", "degF")
 
 
+def _labels_match(cand: _Answer, gold: _Answer) -> bool:
+    """Rule "two answers that name different quantities differ": when both sides carry a
+    label (``y = 3`` against ``x = 3``, ``(y, x) = (1, 2)`` against ``(x, y) = (1, 2)``,
+    ``a_2 = 5`` against ``a_1 = 5``), the labels must name the same thing
+    (``normalise._label_key``: ``x_{1}`` is ``x_1``, ``BA`` is ``AB``). A label on one
+    side only names the value and is not compared (``x = 3`` answers ``3`` and the other
+    way round)."""
+    if not (cand.label or gold.label):
+        return True
+    c_label = cand.label or _inequality_variable(cand.value)
+    g_label = gold.label or _inequality_variable(gold.value)
+    return not (c_label and g_label) or c_label == g_label
+
+
+def _inequality_variable(value: str) -> str:
+    """The variable an inequality bounds (``y`` in ``y \\le 2``, ``1 < y < 3``), as a label
+    key, or "": its name is a label too, since it becomes an interval
+    (``x \\in (-\\infty, 2]`` is not ``y \\le 2``)."""
+    relations = _split_relations(value)
+    if relations is None or any(op in ("=", "\\neq") for op in relations[1]):
+        return ""
+    named = [side for side in relations[0] if _is_label(side)]
+    return _label_key(named[0]) if len(named) == 1 else ""
+
+
 def _same_answer(cand: _Answer, gold: _Answer, budget: _Budget, depth: int = 0) -> bool:
     """Whether two normalised answers, units included, are the same answer.
 
     A side whose label was dropped (``y = -\\frac{1}{2}x + \\frac{3}{4}``) is also
     compared whole, as the equation it is, when the value alone does not match
     (``2x + 4y - 3 = 0``)."""
-    if not _units_match(cand, gold):
+    if not _units_match(cand, gold) or not _labels_match(cand, gold):
         return False
     if _equivalent(cand.value, gold.value, budget, depth):
         return True
@@ -331,6 +361,8 @@ def _equivalent(cand: str, gold: str, budget: _Budget, depth: int = 0) -> bool:
         if None in lists:
             return _inequality_as_interval(cand, gold, budget, depth)
         (c_delims, c_items), (g_delims, g_items) = lists  # type: ignore[misc]
+        if any(_ZERO_PADDED.fullmatch(item) for item in (*c_items, *g_items)):
+            return False  # "1,000" is a thousand or nothing, never the list 1, 0
         # sets and bare lists ("all solutions, separated by commas") in any order, and
         # one for the other; tuples and intervals in order, with the same brackets
         if c_delims in _MULTISETS and g_delims in _MULTISETS:

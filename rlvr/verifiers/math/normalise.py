@@ -15,7 +15,7 @@ from fractions import Fraction
 from typing import NamedTuple
 
 from rlvr.verifiers.math.extract import _A, _match_brace
-from rlvr.verifiers.math.forms import _tokens
+from rlvr.verifiers.math.forms import _canonical, _tokens
 
 _MAX_FAST_DIGITS = 4000  # below CPython's default int<->str limit of 4300 digits
 
@@ -45,6 +45,32 @@ _SPACING = re.compile(
     r"(\\\\)|\\(?:quad|qquad|displaystyle|textstyle|scriptstyle|scriptscriptstyle)(?![A-Za-z])|\\[!,;: ]|~",
     _A,
 )
+# Rule "same rendering, same answer" for text and font commands: a text group holding
+# only spaces is a space (``\text{ }5``), one holding only a sign is that sign
+# (``\text{-}5``); ``\mathrm{e}`` and ``\mathrm{i}`` are the constants e and i wherever they
+# stand (``\mathrm{e}^2``); ``\operatorname{sin}`` is ``\sin`` for every name TeX itself
+# defines as an operator, ``\mathrm{sin}`` only for the functions (``\mathrm{min}`` and
+# ``\mathrm{deg}`` after a number are units: minutes, degrees).
+_FONT_NAMES = (
+    "text|textrm|textnormal|textup|textbf|textit|textsf|texttt|textsl|emph"
+    "|mathrm|mathit|mathbf|mathsf|mathtt|mbox|operatorname"
+)
+_BLANK_TEXT = re.compile(rf"\\(?:{_FONT_NAMES})\s*\{{\s*(?:([-+])\s*)?\}}", _A)
+_UPRIGHT_CONSTANT = re.compile(r"\\(?:mathrm|operatorname|textrm|mathit|text)\s*\{\s*([ei])\s*\}", _A)
+_OPERATOR_NAMES = "gcd|det|max|min|deg|dim|ker|arg|sup|inf|lim"
+_FUNCTION_NAMES = "sin|cos|tan|cot|sec|csc|arcsin|arccos|arctan|sinh|cosh|tanh|coth|log|ln|lg|exp"
+_OPERATOR_NAME = re.compile(
+    rf"\\operatorname\s*\{{\s*({_FUNCTION_NAMES}|{_OPERATOR_NAMES})\s*\}}"
+    rf"|\\mathrm\s*\{{\s*({_FUNCTION_NAMES})\s*\}}",
+    _A,
+)
+_FONT_MARK = re.compile(r"\\(?:text|math|mbox|emph|operatorname)", _A)  # any of the above can be there
+# Rule "an array in parentheses is a pmatrix" (in brackets a bmatrix): they render alike.
+# Column specs of l/c/r only: a "|" in the spec draws a rule (an augmented matrix).
+_ARRAY_MATRIX = re.compile(
+    r"([(\[])\s*\\begin\{array\}\{[lcr\s]*\}((?:(?!\\(?:begin|end)\{array\}).)*)\\end\{array\}\s*([)\]])",
+    _A | re.DOTALL,
+)
 _FRAC_VARIANTS = re.compile(r"\\(?:[dt]frac|cfrac(?:\[[lrc]\])?)(?![A-Za-z])", _A)
 _OVER = re.compile(r"\\over(?![A-Za-z])", _A)
 _WHITESPACE = re.compile(r"\s+", _A)
@@ -54,11 +80,12 @@ _GREEK_NAMES = (
 )
 _VARIABLE = rf"(?:[A-Za-z]|\\(?:{_GREEK_NAMES})(?![A-Za-z]))"
 # A label names the quantity an answer gives: x, \theta, x_1, V_{1}, f(x), P(A), (x, y),
-# AB, |AB|, \angle ABC, \overline{AB}, \frac{NO}{BO}, and ratios of them (V_1:V_2).
+# AB, |AB|, \angle ABC, m\angle ABC (its measure), \overline{AB}, \frac{NO}{BO}, and
+# ratios of them (V_1:V_2).
 _NAME = rf"{_VARIABLE}(?:_(?:\{{[A-Za-z0-9]+\}}|[A-Za-z0-9]))?"
 _LABEL_ATOM = (
     rf"{_NAME}(?:\([^()=]*\))?|\((?:\s*{_NAME}\s*,)+\s*{_NAME}\s*\)|[A-Z]{{2,4}}"
-    rf"|\|\s*[A-Z]{{1,4}}\s*\||\\angle\s*[A-Z]{{1,3}}|\\overline\{{[A-Z]{{2,4}}\}}"
+    rf"|\|\s*[A-Z]{{1,4}}\s*\||(?:m\s*)?\\angle\s*[A-Z]{{1,3}}|\\overline\{{[A-Z]{{2,4}}\}}"
     rf"|\\frac\{{[A-Z]{{1,4}}\}}\{{[A-Z]{{1,4}}\}}"
 )
 _LABEL = rf"(?:{_LABEL_ATOM})(?:\s*:\s*(?:{_LABEL_ATOM}))*"
@@ -117,10 +144,12 @@ _NUMBER_PATTERN = (
     r"|-?\\frac\{-?[0-9]+\}\{[0-9]+\}"
 )
 # "7 cm", "7cm^2", "60 km/h": unit words written without \text, only after a plain
-# number and only when the first word has two letters or more ("7 m" may be 7m).
+# number and only when the first word has two letters or more ("7 m" may be 7m). A
+# joint between words is "/" or spaces, and a space is read only one way, so the match
+# stays linear ("\s*(?:/|\s)\s*" backtracked exponentially on "5 aa  aa  aa ... 1").
 _BARE_UNIT = re.compile(
     rf"(?P<value>{_NUMBER_PATTERN})\s*"
-    rf"(?P<unit>[A-Za-z]{{2,}}\.?(?:\s*{_POWER})?(?:\s*(?:/|\s)\s*[A-Za-z]+\.?(?:\s*{_POWER})?)*)",
+    rf"(?P<unit>[A-Za-z]{{2,}}\.?(?:\s*{_POWER})?(?:(?:\s*/\s*|\s+)[A-Za-z]+\.?(?:\s*{_POWER})?)*)",
     _A,
 )
 # Inside a unit: words, degree signs, percent signs, "/" or "per", products, powers.
@@ -371,6 +400,16 @@ def _rewrite_over(s: str) -> str:
     return s
 
 
+def _array_as_matrix(s: str) -> str:
+    """``(\\begin{array}{cc} 1 & 2 \\end{array})`` -> ``\\begin{pmatrix} 1 & 2 \\end{pmatrix}``
+    (in brackets a ``bmatrix``) when the bracketed array is the whole answer."""
+    m = _ARRAY_MATRIX.fullmatch(s)
+    if m is None or (m.group(1), m.group(3)) not in (("(", ")"), ("[", "]")):
+        return s
+    env = "pmatrix" if m.group(1) == "(" else "bmatrix"
+    return f"\\begin{{{env}}}{m.group(2)}\\end{{{env}}}"
+
+
 def _label_names(label: str) -> set[str]:
     """The letters (and Greek letters) a label is made of; a function's argument is not
     part of its name (``f(x)`` -> ``{"f"}``)."""
@@ -379,25 +418,49 @@ def _label_names(label: str) -> set[str]:
     return {tok for tok, _, _ in _tokens(label) if tok.isalpha() or tok[1:] in _GREEK_NAMES.split("|")}
 
 
-def _drop_assignment(s: str) -> str:
+_IN = re.compile(r"\\in(?![A-Za-z])", _A)  # "\in", not the start of "\infty" or "\int"
+# A segment or an angle: "AB", "|AB|", "\overline{AB}", "\angle ABC", "m\angle ABC".
+_SEGMENT_LABEL = re.compile(r"(?:\|\s*|\\overline\s*\{)?([A-Z]{2,4})\s*(?:\||\})?|(?:m\s*)?\\angle\s*([A-Z]{1,3})", _A)
+
+
+def _label_key(label: str) -> str:
+    """What a label names, for comparing the labels of two answers: its TeX tokens
+    (``x_{1}`` is ``x_1``, ``(x,y)`` is ``(x, y)``); a segment written ``AB``, ``BA``,
+    ``|AB|`` or ``\\overline{AB}`` is one name, and so is an angle ``\\angle ABC`` read
+    from either end (``\\angle CBA``)."""
+    label = label.strip()
+    m = _SEGMENT_LABEL.fullmatch(label)
+    if m is not None:
+        letters = m.group(1) or m.group(2)
+        kind = "segment" if m.group(1) else "angle"
+        return f"{kind} {min(letters, letters[::-1])}"
+    return " ".join(_canonical(label))
+
+
+def _drop_assignment(s: str) -> tuple[str, str]:
     """Rule "a label names the answer only when it is not on the other side": ``x = 5``,
     ``5 = x``, ``x \\in [1, 2]``, ``f(2) = 3``, ``(p, q) = (3, 2)``, ``AB = 4`` are the
     value; ``y = 2x + 1`` is ``2x + 1``, but ``x = 2x + 1`` stays an equation (``x`` is
     on the right), and so does ``x = y = 3`` (another relation follows). Only names
-    are labels: ``2x = 6`` and ``x + y = 3`` stay equations."""
+    are labels: ``2x = 6`` and ``x + y = 3`` stay equations.
+
+    Returns ``(value, label)``, or ``(s, "")`` when no label was dropped; the label is
+    kept so that two answers naming different quantities can be told apart
+    (``equal._labels_match``)."""
     m = _LEADING_ASSIGNMENT.match(s)
     if m is not None:
-        names, rest = _label_names(m.group(1)), s[m.end() :]
+        label, rest = m.group(1), s[m.end() :]
     else:
         m = _TRAILING_ASSIGNMENT.search(s)
         if m is None:
-            return s
-        names, rest = {m.group(1)}, s[: m.start()].strip()
-    if not rest or "=" in rest or "\\in" in rest:
-        return s
+            return s, ""
+        label, rest = m.group(1), s[: m.start()].strip()
+    if not rest or "=" in rest or _IN.search(rest):
+        return s, ""
+    names = _label_names(label)
     if _LETTER.search(rest) and any(tok in names for tok, _, _ in _tokens(rest)):
-        return s
-    return rest
+        return s, ""
+    return rest, label
 
 
 def _unwrap_group(s: str) -> str:
@@ -420,12 +483,14 @@ def _normalise(s: str) -> str:
 
 
 class _Answer(NamedTuple):
-    """A normalised answer: its canonical spelling, the unit it names ("" for none), and
-    the spelling with its label when one was dropped (``y = 2x + 1``; else "")."""
+    """A normalised answer: its canonical spelling, the unit it names ("" for none), the
+    spelling with its label when one was dropped (``y = 2x + 1``; else ""), and what that
+    label names (:func:`_label_key`; "" for none)."""
 
     value: str
     unit: str
     labelled: str = ""
+    label: str = ""
 
 
 def _normalise_parts(s: str, keep_assignment: bool = False) -> _Answer:
@@ -435,7 +500,7 @@ def _normalise_parts(s: str, keep_assignment: bool = False) -> _Answer:
     variables: ``x = 1, y = 2`` is not ``y = 1, x = 2``).
 
     >>> _normalise_parts(r"7\\,\\text{cm}^2")
-    _Answer(value='7', unit='cm^2', labelled='')
+    _Answer(value='7', unit='cm^2', labelled='', label='')
     """
     # Gold answers repeat G times per prompt and boxes repeat within a group: the
     # regex passes below are most of the fast path's cost, so short strings are cached.
@@ -458,6 +523,12 @@ def _normalise_uncached(s: str, keep_assignment: bool = False) -> _Answer:
     s = _DELIMITER_SIZES.sub("", s)
     if "\\" in s:
         s = _DELIMITER_WORD.sub(lambda m: _DELIMITER_WORDS[m.group(1)], s)
+        if _FONT_MARK.search(s):
+            s = _BLANK_TEXT.sub(lambda m: m.group(1) or " ", s)
+            s = _UPRIGHT_CONSTANT.sub(r"\1", s)
+            s = _OPERATOR_NAME.sub(lambda m: f"\\{m.group(1) or m.group(2)} ", s)
+        if "\\begin{array}" in s:
+            s = _array_as_matrix(s.strip())
         s = _THIN_THOUSANDS.sub("{,}", s)
         s = _TEXT_COMMA.sub(",", s)
         s = _QUAD_SEPARATOR.sub(", ", s)
@@ -476,10 +547,12 @@ def _normalise_uncached(s: str, keep_assignment: bool = False) -> _Answer:
         s = _SPACE_THOUSANDS.sub("{,}", s)
     if s.startswith("{"):
         s = _unwrap_group(s)
-    labelled = ""
+    labelled = label = ""
     if not keep_assignment and ("=" in s or "\\in" in s):
-        s, labelled = _drop_assignment(s), s
-        labelled = "" if labelled == s else labelled
+        whole = s
+        s, label = _drop_assignment(s)
+        if label:
+            labelled, label = whole, _label_key(label)
     s, unit = _split_unit(s)
     m = _TEXT_WRAP.match(s)
     if m:
@@ -490,7 +563,7 @@ def _normalise_uncached(s: str, keep_assignment: bool = False) -> _Answer:
         unit = "dollar"
     if "\\frac" in s or "\\overline" in s:
         s = _exact_forms(s)
-    return _Answer(_TRAILING_ZEROS.sub(r"\1", s), unit, labelled)
+    return _Answer(_TRAILING_ZEROS.sub(r"\1", s), unit, labelled, label)
 
 
 # ------------------------------------------------------------------------ exact numbers
