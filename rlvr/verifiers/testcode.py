@@ -675,14 +675,8 @@ class _TestInterpreter(_Interpreter):
         turns = 0
         while self.decide(node.test, env):
             turns += 1
-            if turns > MAX_LENGTH:
-                raise JudgeError("loop too long")
-            try:
-                self.block(node.body, env)
-            except _Break:
+            if not self.turn(node.body, env, turns):
                 break
-            except _Continue:
-                continue
 
     def do_For(self, node: ast.For, env: Any) -> None:
         try:
@@ -698,15 +692,22 @@ class _TestInterpreter(_Interpreter):
             except _Pending:
                 raise _Stall from None
             turns += 1
-            if turns > MAX_LENGTH:
-                raise JudgeError("loop too long")
             self.store(node.target, item, env)
-            try:
-                self.block(node.body, env)
-            except _Break:
+            if not self.turn(node.body, env, turns):
                 break
-            except _Continue:
-                continue
+
+    def turn(self, body: list[ast.stmt], env: Any, turns: int) -> bool:
+        """A loop's ``turns``-th pass over its body (bounded); False when it breaks. (A loop's
+        ``else`` is refused when the test code loads.)"""
+        if turns > MAX_LENGTH:
+            raise JudgeError("loop too long")
+        try:
+            self.block(body, env)
+        except _Break:
+            return False
+        except _Continue:
+            pass
+        return True
 
     def decide(self, test: ast.expr, env: Any) -> bool:
         try:
