@@ -18,6 +18,7 @@ import collections
 import json
 import os
 import shutil
+import subprocess
 import sys
 import textwrap
 import time
@@ -35,7 +36,7 @@ from rlvr.verifiers.judge import HOST_BUILTINS, JudgeError, compile_assert, eval
 from rlvr.verifiers.methods import DATA_ATTRIBUTES, METHODS, MUTATING
 from rlvr.verifiers.results import ReturnedIterator, decode_value, encode_value
 from rlvr.verifiers.sandbox import Limits, run_job
-from rlvr.verifiers.trusted import REFUSED_BUILTINS
+from rlvr.verifiers.trusted import LANGUAGE_BUILTINS, REFUSED_BUILTINS
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None and not os.environ.get("CI"), reason="bubblewrap missing")
 FAST = Limits(test_s=1.0, total_s=20.0)
@@ -175,11 +176,35 @@ def test_the_cut_keeps_data_links_on_the_host() -> None:
 
 
 def test_every_builtin_name_is_provided_or_refused() -> None:
-    for name in dir(builtins):
+    fresh = subprocess.run([sys.executable, "-I", "-c", "import builtins; print(' '.join(dir(builtins)))"],
+                           capture_output=True, text=True, check=True).stdout.split()
+    assert set(fresh) == LANGUAGE_BUILTINS  # what a fresh interpreter holds, whatever this process put there since
+    for name in LANGUAGE_BUILTINS:
         assert (name in HOST_BUILTINS) != (name in REFUSED_BUILTINS) or name in ("True", "False", "None"), name
 
 
-@pytest.mark.parametrize("name", sorted(set(dir(builtins)) - {"True", "False", "None"}))
+def test_names_put_into_builtins_at_run_time_change_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    # gettext.install and the interactive interpreter put `_` (gettext also `ngettext`, ...) into
+    # builtins: what an assert or a setup means must not depend on what the process ran before.
+    import gettext
+
+    translations = gettext.NullTranslations()
+    monkeypatch.setattr(builtins, "_", translations.gettext, raising=False)
+    monkeypatch.setattr(builtins, "ngettext", translations.ngettext, raising=False)
+    import importlib
+
+    from rlvr.verifiers import trusted
+
+    fresh = {name for name, value in vars(builtins).items() if trusted._language_builtin(name, value)}
+    assert fresh == set(LANGUAGE_BUILTINS) and "_" not in fresh and "ngettext" not in fresh
+    names = host_names("for _ in range(3):\n    pass\ndef ngettext(n):\n    return [n]")  # a setup may bind them
+    probes: list = []
+    compile_assert(0, "assert ngettext(f(0)) == [1]", names, probes)
+    assert probes == ["ngettext(f(0))"]  # the setup's helper, beside the program, as any setup name
+    assert importlib.import_module("rlvr.verifiers.judge").LANGUAGE_BUILTINS is LANGUAGE_BUILTINS
+
+
+@pytest.mark.parametrize("name", sorted(LANGUAGE_BUILTINS - {"True", "False", "None"}))
 def test_a_builtin_name_in_an_assert_is_never_a_probe(name: str) -> None:
     names = host_names("")
     for test in (f"assert f(0) == {name}", f"assert f(0) == {name}(1)"):

@@ -53,6 +53,7 @@ from rlvr.verifiers.trusted import (
     MAX_PRODUCED,
     MAX_SAME_HASH,
     MAX_STEPS,
+    LANGUAGE_BUILTINS,
     REFUSED_BUILTINS,
     SAFE_TYPES,
     UNARY,
@@ -77,7 +78,10 @@ _CALLABLE = CALLABLE_TYPES | frozenset(SAFE_CONSTRUCTORS)
 DEADLINE_EVERY = 64
 _TYPE_TESTS = (isinstance, issubclass)  # take types as types: no constructor substituted
 _STDLIB = frozenset(name for name in sys.stdlib_module_names if not name.startswith("_"))
-_BUILTIN_NAMES = frozenset(dir(__import__("builtins")))
+_BUILTIN_NAMES = LANGUAGE_BUILTINS
+# Fail closed: a built-in of a newer Python that neither list names is refused, never the program's.
+REFUSED_BUILTINS.update({name: "is not one the judge provides" for name in
+                         LANGUAGE_BUILTINS - HOST_BUILTINS.keys() - REFUSED_BUILTINS.keys() - {"True", "False", "None"}})
 
 
 def host_names(setup: str) -> HostNames:

@@ -236,6 +236,24 @@ _REFUSED = {
 }
 REFUSED_BUILTINS: dict[str, str] = {name: reason for reason, names in _REFUSED.items() for name in names.split()}
 
+
+def _language_builtin(name: str, value: Any) -> bool:
+    """Whether ``name`` is one of the built-ins every fresh interpreter has (the language's and
+    `site`'s), as opposed to a name put into `builtins` at run time by whatever this process ran
+    before: the interactive interpreter's last value ``_``, ``gettext.install``'s ``_``, a
+    notebook's helpers. Reading ``dir(builtins)`` live would make what an assert means depend on
+    what was imported earlier (a setup's ``for _ in ...`` refused in one process, fine in another)."""
+    if name == "_":
+        return False
+    if (name.startswith("__") and name.endswith("__")) or value is None or value is Ellipsis or value is NotImplemented:
+        return True
+    module = getattr(value, "__module__", None) if callable(value) else type(value).__module__
+    return module in ("builtins", "_sitebuiltins", "io")  # `open` is io.open
+
+
+# The built-in names: every one is the host's in an assert, provided or refused (never the program's).
+LANGUAGE_BUILTINS = frozenset(name for name, value in vars(builtins).items() if _language_builtin(name, value))
+
 MATH_NAMES = (
     "acos", "acosh", "asin", "asinh", "atan", "atan2", "atanh", "ceil", "copysign", "cos", "cosh", "degrees",
     "dist", "e", "erf", "erfc", "exp", "expm1", "fabs", "floor", "fmod", "frexp", "fsum", "gamma", "gcd",
