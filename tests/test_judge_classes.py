@@ -195,8 +195,8 @@ def test_names_put_into_builtins_at_run_time_change_nothing(monkeypatch: pytest.
 
     from rlvr.verifiers import trusted
 
-    fresh = {name for name, value in vars(builtins).items() if trusted._language_builtin(name, value)}
-    assert fresh == set(LANGUAGE_BUILTINS) and "_" not in fresh and "ngettext" not in fresh
+    monkeypatch.setattr(builtins, "print", lambda *args: None)  # a library that replaces a built-in
+    assert trusted.language_builtins() == LANGUAGE_BUILTINS and {"_", "ngettext"}.isdisjoint(LANGUAGE_BUILTINS)
     names = host_names("for _ in range(3):\n    pass\ndef ngettext(n):\n    return [n]")  # a setup may bind them
     probes: list = []
     compile_assert(0, "assert ngettext(f(0)) == [1]", names, probes)

@@ -17,6 +17,7 @@ import builtins
 import collections
 import decimal
 import fractions
+import itertools
 import math
 import operator
 from typing import Any, Callable
@@ -95,13 +96,22 @@ def bounded_range(*args: int) -> range:
 
 def check_hashes(items: list, what: str) -> list:
     """Refuse members whose hashes collide en masse: building them would take quadratic time."""
+    for _ in hashes_checked(items, what):
+        pass
+    return items
+
+
+def hashes_checked(items: Any, what: str, key: Callable[[Any], Any] | None = None) -> Any:
+    """``items`` as they come, refused as soon as more than `MAX_SAME_HASH` share a hash (of
+    ``key(item)``, for a dict's pairs): a comprehension over 10^5 colliding values fails at the
+    33rd, not after producing them all."""
     counts: dict[int, int] = {}
     for item in items:
-        h = hash(item)
+        h = hash(item if key is None else key(item))
         counts[h] = counts.get(h, 0) + 1
         if counts[h] > MAX_SAME_HASH:
             raise JudgeError(f"{what} with more than {MAX_SAME_HASH} colliding hashes")
-    return items
+        yield item
 
 
 def materialised(iterable: Any, what: str) -> list:
@@ -114,22 +124,27 @@ def materialised(iterable: Any, what: str) -> list:
 
 
 def safe_set(iterable: Any = ()) -> set:
-    return set(check_hashes(materialised(iterable, "set"), "set"))
+    return set(materialised(hashes_checked(iterable, "set"), "set"))
 
 
 def safe_frozenset(iterable: Any = ()) -> frozenset:
-    return frozenset(check_hashes(materialised(iterable, "frozenset"), "frozenset"))
+    return frozenset(materialised(hashes_checked(iterable, "frozenset"), "frozenset"))
 
 
 def safe_dict(*args: Any, **kwargs: Any) -> dict:
     if len(args) > 1:
         raise JudgeError("dict() takes at most one positional argument")
-    pairs = list(args[0].items()) if args and isinstance(args[0], dict) else materialised(args[0] if args else (), "dict")
-    pairs = [tuple(p) for p in pairs] + list(kwargs.items())
-    if any(len(p) != 2 for p in pairs):
-        raise JudgeError("dict() needs pairs")
-    check_hashes([k for k, _ in pairs], "dict")
-    return dict(pairs)
+    source = args[0].items() if args and isinstance(args[0], dict) else args[0] if args else ()
+    pairs = hashes_checked(itertools.chain(_as_pairs(source), kwargs.items()), "dict", key=lambda pair: pair[0])
+    return dict(materialised(pairs, "dict"))
+
+
+def _as_pairs(items: Any) -> Any:
+    for pair in items:
+        pair = tuple(pair)
+        if len(pair) != 2:
+            raise JudgeError("dict() needs pairs")
+        yield pair
 
 
 def safe_pow(base: Any, exp: Any, mod: Any = None) -> Any:
@@ -251,8 +266,16 @@ def _language_builtin(name: str, value: Any) -> bool:
     return module in ("builtins", "_sitebuiltins", "io")  # `open` is io.open
 
 
-# The built-in names: every one is the host's in an assert, provided or refused (never the program's).
-LANGUAGE_BUILTINS = frozenset(name for name, value in vars(builtins).items() if _language_builtin(name, value))
+def language_builtins() -> frozenset[str]:
+    """The built-in names: every one is the host's in an assert, provided or refused (never the
+    program's). Those the judge names itself (provided, refused, the constants, and `methods.py`'s
+    ``getattr``/``hasattr``/``format``) whatever the process did to `builtins` (a library may
+    replace ``print``), and any other name a fresh interpreter has (a newer Python's)."""
+    named = {*BUILTINS, *REFUSED_BUILTINS, "True", "False", "None", "getattr", "hasattr", "format"}
+    return frozenset(named | {name for name, value in vars(builtins).items() if _language_builtin(name, value)})
+
+
+LANGUAGE_BUILTINS = language_builtins()
 
 MATH_NAMES = (
     "acos", "acosh", "asin", "asinh", "atan", "atan2", "atanh", "ceil", "copysign", "cos", "cosh", "degrees",
