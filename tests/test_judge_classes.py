@@ -328,16 +328,24 @@ HASH_BUILDERS = [
 ]
 
 
-@pytest.mark.parametrize("test", HASH_BUILDERS)
-def test_hash_building_on_returned_colliding_values_fails_fast(test: str) -> None:
+def judged(test: str, values: dict[str, object], deadline_s: float = 5.0) -> tuple[object, float]:
+    """(the verdict on one assert, or the exception its evaluation raised; the CPU seconds it
+    took), its probes' values given by their source (``{"f()": ...}``)."""
     names = host_names("")
     probes: list = []
     compiled = compile_assert(0, test, names, probes)
-    values = {"f()": list(COLLIDING), "s()": {1, 2}, "d()": {1: 1}}
     start = time.process_time()
-    with pytest.raises((JudgeError, TypeError)):
-        evaluate(compiled, names, lambda i: values[probes[i]], deadline=time.monotonic() + 5)
-    assert time.process_time() - start < 1.0, test
+    try:
+        outcome: object = evaluate(compiled, names, lambda i: values[probes[i]], deadline=time.monotonic() + deadline_s)
+    except Exception as err:  # JudgeError, or what Python raises (decimal.Overflow): the test fails
+        outcome = err
+    return outcome, time.process_time() - start
+
+
+@pytest.mark.parametrize("test", HASH_BUILDERS)
+def test_hash_building_on_returned_colliding_values_fails_fast(test: str) -> None:
+    outcome, cpu_s = judged(test, {"f()": list(COLLIDING), "s()": {1, 2}, "d()": {1: 1}})
+    assert isinstance(outcome, (JudgeError, TypeError)) and cpu_s < 1.0, (test, outcome, cpu_s)
 
 
 def test_a_forged_colliding_result_line_fails_fast() -> None:
@@ -357,9 +365,12 @@ def test_a_forged_colliding_result_line_fails_fast() -> None:
     st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False, allow_subnormal=False), st.text(max_size=5), st.binary(max_size=5),
               st.complex_numbers(allow_nan=False, allow_subnormal=False)),
     lambda inner: st.one_of(st.lists(inner, max_size=4), st.tuples(inner, inner), st.dictionaries(st.text(max_size=3), inner, max_size=3),
-                            st.frozensets(st.integers(), max_size=3)),
+                            st.frozensets(st.integers(), max_size=3), st.sets(st.integers(), max_size=3)),
     max_leaves=20))
 def test_data_arguments_round_trip_through_both_encoders(value: object) -> None:
+    # results.encode_value/decode_value and the runner's _tag/_untag are twins (the runner imports
+    # nothing of rlvr): the same tokens both ways, every value read back as it was sent
+    assert encode_value(value) == _runner._tag(value)
     tokens = json.loads(json.dumps(encode_value(value)))
     assert _runner._untag(tokens) == value
     assert decode_value(tokens) == value
@@ -492,16 +503,8 @@ def test_exit_in_an_asserts_program_is_a_load_error_like_sys_exit() -> None:
     "assert q().numerator.to_bytes(10**9, 'big') == 1",
 ])
 def test_converted_and_module_values_stay_bounded(test: str) -> None:
-    names = host_names("")
-    probes: list = []
-    compiled = compile_assert(0, test, names, probes)
-    values = {"d()": Decimal("1e9999"), "q()": Fraction(3, 2)}
-    start = time.process_time()
-    try:
-        passed = evaluate(compiled, names, lambda i: values[probes[i]], deadline=time.monotonic() + 5)
-    except Exception:  # JudgeError, or what Python raises (decimal.Overflow): the test fails
-        passed = False
-    assert not passed and time.process_time() - start < 1.0, test
+    outcome, cpu_s = judged(test, {"d()": Decimal("1e9999"), "q()": Fraction(3, 2)})
+    assert outcome is not True and cpu_s < 1.0, (test, outcome, cpu_s)
 
 
 # ------------------------------------------------------------------ review R1: setup helpers, exact sums, the clock
@@ -560,8 +563,8 @@ def test_which_setup_functions_are_the_hosts() -> None:
     compiled = compile_assert(0, "assert spin(f()) == 0", spin, [])
     start = time.process_time()
     with pytest.raises(JudgeError, match="too much work|Timeout"):  # a check's step budget and the assert's deadline
-        evaluate(compiled, spin, lambda i: 1, time.monotonic() + 2)
-    assert time.process_time() - start < 3.0
+        evaluate(compiled, spin, lambda i: 1, time.monotonic() + 0.5)
+    assert time.process_time() - start < 2.0
     fib = assert_names("def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\n")
     compiled = compile_assert(0, "assert f() == fib(20)", fib, [])  # computing the expected value the long way
     assert evaluate(compiled, fib, lambda i: 6765, time.monotonic() + 20) is True
@@ -579,16 +582,8 @@ DIGITS = [Decimal("1." + "7" * 4000 + "e-9000")] * 20
 ])
 def test_exact_sums_on_returned_fractions_and_decimals_stay_bounded(test: str) -> None:
     # statistics sums exactly: 300 fractions with coprime denominators took 5 s (variance: 39 s)
-    names = host_names("")
-    probes: list = []
-    compiled = compile_assert(0, test, names, probes)
-    values = {"f()": FRACTIONS, "g()": DIGITS}
-    start = time.process_time()
-    try:
-        passed = evaluate(compiled, names, lambda i: values[probes[i]], deadline=time.monotonic() + 20)
-    except Exception:
-        passed = False
-    assert not passed and time.process_time() - start < 1.0, test
+    outcome, cpu_s = judged(test, {"f()": FRACTIONS, "g()": DIGITS}, deadline_s=20)
+    assert outcome is not True and cpu_s < 1.0, (test, outcome, cpu_s)
 
 
 def test_a_decimal_arrives_with_at_most_max_decimal_digits_and_honest_exact_data_averages() -> None:

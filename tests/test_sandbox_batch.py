@@ -35,9 +35,10 @@ SUMS = fenced("a, b = map(int, input().split())\nprint(a + b)")
 
 
 def test_a_batch_gives_every_program_the_verdict_it_gets_alone():
-    items = [(RIGHT, ADD), (WRONG, ADD), ("no code at all", ADD), (SUMS, SUM), (fenced("def add(a, b):\n    raise ValueError"), ADD),
-             (fenced("import sys\nsys.exit(3)"), SUM)] * 3
-    alone = [run_python_tests(c, t, limits=FAST) for c, t in items]
+    distinct = [(RIGHT, ADD), (WRONG, ADD), ("no code at all", ADD), (SUMS, SUM), (fenced("def add(a, b):\n    raise ValueError"), ADD),
+                (fenced("import sys\nsys.exit(3)"), SUM)]
+    items = distinct * 3  # copies in one batch (judged once each); alone, a copy's verdict is its original's
+    alone = [run_python_tests(c, t, limits=FAST) for c, t in distinct] * 3
     together = run_python_tests_batch([c for c, _ in items], [t for _, t in items], limits=FAST)
     assert [r.score for r in together] == [r.score for r in alone] == [1.0, 0.0, 0.0, 1.0, 0.0, 0.0] * 3
     assert [r.results for r in together] == [r.results for r in alone]
@@ -87,12 +88,18 @@ FINDS_NOTHING = fenced(FINDS_SRC)
 CLEAN = {"asserts": ["assert leftovers() == []", "assert strangers() == []"]}
 
 
-def test_a_program_finds_nothing_another_left_behind():
+def test_a_program_finds_nothing_another_left_behind(monkeypatch):
+    from rlvr.verifiers import served
+
+    started = []
+    real = served.subprocess.Popen
+    monkeypatch.setattr(served.subprocess, "Popen", lambda *a, **k: started.append(1) or real(*a, **k))
     limits = Limits(test_s=2.0, total_s=10.0)
     # distinct texts, so that none is a repeat that runs once
     programs = [LEAVES_TRACES, FINDS_NOTHING, LEAVES_TRACES.replace("```python\n", "```python\n# 2\n"), FINDS_NOTHING.replace("```python\n", "```python\n# 2\n")]
-    reports = run_python_tests_batch(programs, [ADD, CLEAN, ADD, CLEAN], limits=limits)
+    reports = run_python_tests_batch(programs, [ADD, CLEAN, ADD, CLEAN], limits=limits, sandboxes=2)
     assert [r.score for r in reports] == [1.0, 1.0, 1.0, 1.0], [r.results for r in reports]
+    assert len(started) == 2  # the programs did share: two jails, a leaver then a finder in each
     # the control: within one program the traces are there, so the check above can fail
     control = run_python_tests(fenced(textwrap.dedent(LEAVES_SRC) + "\n" + textwrap.dedent(FINDS_SRC)),
                                {"asserts": ["assert leftovers() == []"]}, limits=limits)
@@ -123,7 +130,8 @@ def test_a_program_cannot_run_a_siblings_solution():
 
 def test_a_hanging_program_costs_only_its_own_tests():
     hangs = fenced("def add(a, b):\n    while True:\n        pass")
-    reports = run_python_tests_batch([RIGHT, hangs, RIGHT, SUMS], [ADD, ADD, ADD, SUM], limits=FAST)
+    limits = Limits(test_s=0.5, total_s=8.0)  # each of the hanging program's two tests costs its test_s
+    reports = run_python_tests_batch([RIGHT, hangs, RIGHT, SUMS], [ADD, ADD, ADD, SUM], limits=limits)
     assert [r.score for r in reports] == [1.0, 0.0, 1.0, 1.0]
     assert all(not r.passed for r in reports[1].results)
 
@@ -328,11 +336,7 @@ def test_a_batch_of_different_problems_shares_one_jail_per_sandbox_slot(monkeypa
     assert [r.score for r in reports] == [1.0] * 6 and len(started) == 1
     started.clear()
     run_python_tests_batch([RIGHT] * 6, problems, limits=FAST, sandboxes=2)
-    assert len(started) == 2  # one jail per slot, three programs each
-    started.clear()
-    programs = [LEAVES_TRACES, FINDS_NOTHING]
-    run_python_tests_batch(programs, [ADD, CLEAN], limits=Limits(test_s=2.0, total_s=10.0), sandboxes=1)
-    assert len(started) == 1  # the leftovers test's programs did share one
+    assert len(started) == 2  # one jail per slot, three programs each (the leftovers test counts its own)
 
 
 def test_a_shared_jail_that_cannot_start_is_a_missing_sandbox_not_a_zero(monkeypatch):

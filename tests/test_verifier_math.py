@@ -742,6 +742,27 @@ def test_int_digit_limit_is_left_alone() -> None:
     assert (get_limit() if get_limit else None) == before
 
 
+def test_cached_exact_numbers_do_not_depend_on_the_int_digit_limit() -> None:
+    # exact numbers of at most 600 characters are cached (a gold repeats G times): that
+    # is fewer digits than any int() limit allows (640 at least), so every limit gives
+    # the cached value, and a longer number is never cached
+    from rlvr.verifiers.math.normalise import _exact_number, _exact_number_uncached
+
+    get_limit, set_limit = getattr(sys, "get_int_max_str_digits", None), getattr(sys, "set_int_max_str_digits", None)
+    if set_limit is None:
+        pytest.skip("no int digit limit in this Python")
+    before = get_limit()
+    numbers = ["9" * 600, "-" + "9" * 599, "0." + "3" * 598, "1" * 300 + "/" + "7" * 299, "9" * 1000, "9" * 4001]
+    verifier_math.clear_caches()
+    try:
+        for limit in (4300, 640, 0, 640):  # the cache is filled under one limit, read under the next
+            set_limit(limit)
+            assert [_exact_number(n) for n in numbers] == [_exact_number_uncached(n) for n in numbers]
+    finally:
+        set_limit(before)
+    assert _exact_number("9" * 600) == int("9" * 600)
+
+
 def test_huge_numbers_compare_by_canonical_digits() -> None:
     gold = "7" * 100_000
     # The candidate box cannot hold it (500 characters), but gold-vs-gold comparisons

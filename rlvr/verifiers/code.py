@@ -47,12 +47,12 @@ import re
 import time
 import typing
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from rlvr.verifiers.formats import ROW_FIELDS, call_target, native_spec, same_output, same_result
-from rlvr.verifiers.judge import CompiledAssert, JudgeError, ProbeFailed, compile_assert, decode_value, evaluate
-from rlvr.verifiers.results import encode_value
+from rlvr.verifiers.formats import NATIVE_KEYS, ROW_FIELDS, call_target, native_spec, same_output, same_result
+from rlvr.verifiers.judge import CompiledAssert, JudgeError, ProbeFailed, compile_assert, evaluate
+from rlvr.verifiers.results import decode_value, encode_value
 from rlvr.verifiers.sandbox import Limits, SandboxUnavailable, run_job, warm_up
 from rlvr.verifiers.served import MAX_JOBS_PER_SANDBOX, can_serve, plan_servers, run_jobs_served
 from rlvr.verifiers.testcode import MAX_ROUNDS, TestCode, assert_names, compile_test_code, interpret_round, trusted_helpers
@@ -61,6 +61,8 @@ __all__ = ["CodeReport", "TestResult", "check_tests", "extract_program", "parse_
            "run_python_tests", "run_python_tests_batch", "sandbox_preflight"]
 
 _FENCE = re.compile(r"```[ \t]*(?:python3?|py)[ \t]*\r?\n(.*?)```", re.DOTALL | re.IGNORECASE | re.ASCII)
+
+
 @dataclass(frozen=True)
 class TestResult:
     """The verdict on one test: ``detail`` says why it failed (``"ok"`` when it passed)."""
@@ -160,16 +162,13 @@ def parse_tests(tests: dict | list | str, fields: dict[str, Any] | None = None, 
 @functools.lru_cache(maxsize=1024)  # the same gold answer is scored G times per prompt
 def _parse_cached(text: str, row_json: str, need_fields: bool) -> _Spec:
     spec = native_spec(text, json.loads(row_json))
-    if not isinstance(spec, dict) or len(NATIVE & spec.keys()) != 1:
-        raise ValueError(f"code tests must be a dict with exactly one of {sorted(NATIVE)}")
+    if not isinstance(spec, dict) or len(NATIVE_KEYS & spec.keys()) != 1:
+        raise ValueError(f"code tests must be a dict with exactly one of {sorted(NATIVE_KEYS)}")
     key = json.dumps(spec, sort_keys=True)
     for mode, parse in _PARSERS.items():
         if mode in spec:
             return parse(spec, key, need_fields)
     raise AssertionError("unreachable")
-
-
-NATIVE = frozenset(["asserts", "io", "check", "calls"])
 
 
 def _parse_io(spec: dict, key: str, need_fields: bool) -> _Spec:
@@ -257,7 +256,7 @@ def run_python_tests(
     limits = limits or Limits()
     judging = _Judging(parse_tests(tests, fields), extract_program(completion), limits)
     while judging.report is None:
-        judging.take(run_job(judging.next_job(), limits, sandbox))
+        judging.take(run_job(judging.next_job(), judging.limits_left(), sandbox))
     return judging.report
 
 
@@ -288,26 +287,32 @@ def run_python_tests_batch(
             distinct[(spec.key, program)] = _Judging(spec, program, limits)
     waiting = [j for j in distinct.values() if j.report is None]
     while waiting:
-        runs = _run_many([(j.spec.key, j.next_job()) for j in waiting], limits, sandbox, sandboxes)
+        runs = _run_many([(j.spec.key, j.next_job(), j.limits_left()) for j in waiting], limits, sandbox, sandboxes)
         for judging, run in zip(waiting, runs):
             judging.take(run)
         waiting = [j for j in waiting if j.report is None]
     return [distinct[(spec.key, program)].report for spec, program in zip(specs, programs)]  # type: ignore[misc]
 
 
-def _run_many(jobs: list[tuple[str, dict]], limits: Limits, sandbox: str | None, sandboxes: int) -> list:
-    """The runs of (problem key, job) pairs, `sandboxes` at a time: jobs of different problems share
-    a served sandbox one after another; two jobs of one problem never do."""
+def _run_many(jobs: list[tuple[str, dict, Limits]], limits: Limits, sandbox: str | None, sandboxes: int) -> list:
+    """The runs of (problem key, job, its limits) triples, `sandboxes` at a time: jobs of different
+    problems share a served sandbox one after another; two jobs of one problem never do. A job
+    with limits of its own (a later round of test code, with what is left of its budget) runs
+    alone: a served sandbox gives each job the same limits."""
     workers, serve = max(1, sandboxes), can_serve(limits, sandbox)
-    if serve:  # at least one jail per worker when there are enough programs
-        groups = plan_servers([problem for problem, _ in jobs], cap=max(1, min(MAX_JOBS_PER_SANDBOX, -(-len(jobs) // workers))))
-    else:  # no bwrap or per-job cgroups: a sandbox per program, `sandboxes` at a time
-        groups = [[i] for i in range(len(jobs))]
+    shared = [i for i, (_, _, own) in enumerate(jobs) if serve and own == limits]
+    alone = sorted(set(range(len(jobs))) - set(shared))  # a sandbox each
+    alone_set = set(alone)
+    # At least one jail per worker when there are enough programs.
+    cap = max(1, min(MAX_JOBS_PER_SANDBOX, -(-len(shared) // workers)))
+    served = [[shared[k] for k in group] for group in plan_servers([jobs[i][0] for i in shared], cap=cap)] if shared else []
 
     def execute(group: list[int]) -> list:
-        group_jobs = [jobs[i][1] for i in group]
-        return run_jobs_served(group_jobs, limits, sandbox) if serve else [run_job(group_jobs[0], limits, sandbox)]
+        if len(group) == 1 and group[0] in alone_set:
+            return [run_job(jobs[group[0]][1], jobs[group[0]][2], sandbox)]
+        return run_jobs_served([jobs[i][1] for i in group], limits, sandbox)
 
+    groups = [[i] for i in alone] + served
     pool = ThreadPoolExecutor(max_workers=workers)
     runs: list = [None] * len(jobs)
     try:
@@ -330,15 +335,25 @@ class _Judging:
         self.spec, self.program, self.limits = spec, program, limits
         self.report: CodeReport | None = None
         self.known: dict[str, dict] = {}  # check tests: the runner's line of each call made so far
-        self.pending: dict[str, dict] = {}  # check tests: the current round's calls (key -> probe)
-        self.calls: list[str] = []  # ... in the order of the job's probes
+        self.calls: list[tuple[str, dict]] = []  # check tests: the current round's (key, probe), the job's probes in order
         self.rounds, self.wall_s, self.status = 0, 0.0, "ok"
+        self.used_s = 0.0  # of the pair's one time budget (limits.total_s): every job's run and all judging
         self.typing_names = typing_names(program) if program and spec.mode != "io" else []
         if program is None or len(program) > limits.source_chars:
             detail = "no ```python block" if program is None else f"program longer than {limits.source_chars} characters"
             self.report = CodeReport(0.0, tuple(TestResult(i, False, detail) for i in range(len(spec))), "not_run")
         elif spec.mode == "check":
-            self.interpret(time.monotonic() + limits.total_s)
+            started = time.monotonic()
+            self.interpret(started + limits.total_s)
+            self.used_s += time.monotonic() - started
+
+    def limits_left(self) -> Limits:
+        """The next job's limits: what the pair's budget has left. Test code that needs several
+        rounds shares one `total_s` across them, so the time a verifier declares (`time_limit_s`)
+        bounds the whole pair, however many rounds it takes."""
+        if self.used_s == 0.0:
+            return self.limits
+        return replace(self.limits, total_s=max(0.1, self.limits.total_s - self.used_s))
 
     def next_job(self) -> dict:
         spec, program = self.spec, self.program
@@ -351,7 +366,7 @@ class _Judging:
             probes = [{"call": target, "args": encode_value(list(args)), "kwargs": encode_value({})} for args in spec.call_args]
             job = {"mode": "asserts", "program": program, "setup": "", "probes": probes}
         else:
-            job = {"mode": "asserts", "program": program, "setup": "", "probes": [self.pending[key] for key in self.calls]}
+            job = {"mode": "asserts", "program": program, "setup": "", "probes": [probe for _, probe in self.calls]}
         if self.typing_names:
             job["typing_names"] = self.typing_names
         return job
@@ -361,23 +376,28 @@ class _Judging:
         counts against the job's limit: it gets what the run's own clock left of it (the clock
         starts when the job does, after the sandbox's one-time preparation, so a cold first job
         is not charged for it)."""
+        started = time.monotonic()
         self.wall_s += run.wall_s
-        deadline = time.monotonic() - run.wall_s + self.limits.total_s
+        self.used_s += run.wall_s
+        deadline = started + self.limits.total_s - self.used_s
         if self.spec.mode != "check":
             self.report = _judge(self.spec, run, deadline)
             return
         for line in run.lines:
             i = line.get("id")
-            if isinstance(i, int) and 0 <= i < len(self.calls) and self.calls[i] not in self.known:
-                self.known[self.calls[i]] = line
-        for key in self.calls:  # a call the run never reported (it timed out, the job died) failed
+            if isinstance(i, int) and 0 <= i < len(self.calls) and self.calls[i][0] not in self.known:
+                self.known[self.calls[i][0]] = line
+        for key, _ in self.calls:  # a call the run never reported (it timed out, the job died) failed
             self.known.setdefault(key, {"error": run.status if run.status != "ok" else "no result"})
         self.status = run.status
         self.interpret(deadline)
+        self.used_s += time.monotonic() - started
 
     def interpret(self, deadline: float) -> None:
         assert self.spec.test_code is not None
         outcome = interpret_round(self.spec.test_code, self.spec.entry_point, self.known, deadline, self.spec.helpers)
+        if outcome.passed is None and time.monotonic() >= deadline:  # no budget left for another round
+            outcome.passed, outcome.detail = False, "Timeout"
         if outcome.passed is None and self.rounds >= MAX_ROUNDS:
             outcome.passed, outcome.detail = False, (f"the test code needs more than {MAX_ROUNDS} rounds of calls into the "
                                                      "program (each round's calls depend on the last one's results)")
@@ -387,8 +407,7 @@ class _Judging:
             self.report = CodeReport(float(outcome.passed), (TestResult(0, outcome.passed, outcome.detail),), self.status, self.wall_s)
             return
         self.rounds += 1
-        self.pending = dict(outcome.calls)
-        self.calls = list(self.pending)
+        self.calls = outcome.calls
 
 
 def _judge(spec: _Spec, run, deadline: float) -> CodeReport:
@@ -444,9 +463,17 @@ def python_code_batched(prompts: list, completions: list[str], answer: list[str]
     process with reward.workers = 0 still verifies on both cores."""
     rows = [{name: columns[name][i] for name in ROW_FIELDS if isinstance(columns.get(name), list)} for i in range(len(completions))]
     for row, prompt in zip(rows, prompts):  # the prompt shows the helpers a check may call (HumanEval/32, 38, 50)
-        row["prompt"] = prompt if isinstance(prompt, str) else "\n".join(
-            m.get("content", "") for m in prompt if isinstance(m, dict) and isinstance(m.get("content"), str)) if isinstance(prompt, list) else None
+        row["prompt"] = _prompt_text(prompt)
     return [report.score for report in run_python_tests_batch(list(completions), list(answer), fields=rows)]
+
+
+def _prompt_text(prompt: Any) -> str | None:
+    """A row's prompt as text: the text itself, or its chat turns' contents, one after another."""
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list):
+        return "\n".join(m["content"] for m in prompt if isinstance(m, dict) and isinstance(m.get("content"), str))
+    return None
 
 
 def check_tests(tests: dict | str) -> None:

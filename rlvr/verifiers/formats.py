@@ -19,9 +19,9 @@ LiveCodeBench          ``public_test_cases``: a JSON list of          ``metadata
                        ``{"input", "output", "testtype"}``            ``fn_name`` for "functional"
 =====================  ==========================================  =================================
 
-An MBPP assert that names nothing but literals and the judge's own built-ins (``assert True``)
-passes whatever the program does: it is not counted as a test (a spec left with none is
-refused). Output of stdin/stdout tests is compared by :func:`same_output`.
+An MBPP assert that calls nothing the program defines (``assert True``; the judge's rule,
+`judge.CallsNothing`) passes whatever the program does: it is not counted as a test (a spec left
+with none is refused). Output of stdin/stdout tests is compared by :func:`same_output`.
 """
 
 from __future__ import annotations
@@ -31,7 +31,10 @@ import json
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-__all__ = ["ROW_FIELDS", "call_target", "native_spec", "same_output", "same_result"]
+from rlvr.verifiers.judge import CallsNothing, compile_assert
+from rlvr.verifiers.testcode import assert_names
+
+__all__ = ["NATIVE_KEYS", "ROW_FIELDS", "call_target", "native_spec", "same_output", "same_result"]
 
 # The row fields python_code reads besides its answer (anything else in a row is ignored).
 ROW_FIELDS = ("entry_point", "fn_name", "metadata", "prompt", "test_imports", "test_setup_code")
@@ -123,27 +126,29 @@ def _from_mbpp(asserts: list[str], fields: dict) -> dict:
     if not isinstance(setup_code, str):
         raise ValueError(f"field 'test_setup_code' must be a string, got {type(setup_code).__name__}")
     setup = "\n".join([*_listed(fields.get("test_imports")), setup_code]).strip()
-    counted = [a for a in asserts if not _judges_nothing(a, setup)]
+    try:
+        names = assert_names(setup)
+    except ValueError:
+        names = None  # the judge reports the setup's problem when the spec is parsed
+    counted = [a for a in asserts if names is None or not _judges_nothing(a, names)]
     if not counted:
-        raise ValueError("every assert names only literals and built-ins (such as `assert True`), so it passes whatever "
+        raise ValueError("every assert calls nothing the program defines (such as `assert True`), so it passes whatever "
                          "the program does: no test left to judge with")
     return {"asserts": counted, "setup": setup} if setup else {"asserts": counted}
 
 
-def _judges_nothing(source: str, setup: str) -> bool:
-    """True for an assert that names nothing but the judge's trusted names (``assert True``,
-    ``assert 1 + 1 == 2``): it cannot tell one program from another."""
-    from rlvr.verifiers.testcode import assert_names
-
+def _judges_nothing(source: str, names: dict[str, Any]) -> bool:
+    """True for an assert that calls nothing the program defines (``assert True``, ``assert
+    math.pi > 3``): it cannot tell one program from another. The judge's own rule
+    (`judge.CallsNothing`), so literals, built-ins, provided modules and the assert's own lambda and
+    comprehension variables all count as the judge's."""
     try:
-        tree = ast.parse(source.strip())
-        trusted = assert_names(setup)
-    except (SyntaxError, ValueError, MemoryError, RecursionError):
-        return False  # the judge reports the problem, naming the test
-    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.Assert):
-        return False
-    test = tree.body[0].test
-    return not any(isinstance(n, ast.Name) and n.id not in trusted for n in ast.walk(test))
+        compile_assert(0, source, names, [])
+    except CallsNothing:
+        return True
+    except ValueError:
+        return False  # the judge reports the problem when the spec is parsed, naming the test
+    return False
 
 
 # ------------------------------------------------------------------------ stdin/stdout tests

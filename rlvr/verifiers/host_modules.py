@@ -200,7 +200,9 @@ STATISTICS = {name: _on_values(getattr(statistics, name), hashed=name in ("mode"
     "mode", "multimode", "pstdev", "pvariance", "quantiles", "stdev", "variance")}
 
 
-def _random_members(generator: random.Random) -> dict[str, Any]:
+def random_members(generator: random.Random) -> dict[str, Any]:
+    """``random``'s functions bound to ``generator``, sizes bounded (test code seeds its own:
+    `testcode.py` replays a check's draws alike in every round)."""
     def sized(fn: Callable, name: str, limit: int) -> Callable:
         def bounded(*args: Any, **kwargs: Any) -> Any:
             size = kwargs.get("k", args[-1] if args and name in ("sample", "getrandbits", "randbytes") else None)
@@ -223,10 +225,11 @@ def _random_members(generator: random.Random) -> dict[str, Any]:
     return members
 
 
-def _new_random(seed: Any = None) -> TrustedModule:
+def new_random(seed: Any = None) -> TrustedModule:
+    """``random.Random(seed)``: a generator of its own, with the module's bounded functions."""
     if isinstance(seed, (str, bytes)) and len(seed) > MAX_LENGTH or isinstance(seed, int) and seed.bit_length() > MAX_INT_BITS:
         raise JudgeError("random seed too large")
-    return TrustedModule("Random", _random_members(random.Random(seed)))
+    return TrustedModule("Random", random_members(random.Random(seed)))
 
 
 def _copy_of(fn: Callable) -> Callable:
@@ -271,7 +274,7 @@ HOST_MODULES: dict[str, TrustedModule] = {
     "string": TrustedModule("string", {name: getattr(string, name) for name in (
         "ascii_letters", "ascii_lowercase", "ascii_uppercase", "digits", "hexdigits", "octdigits", "punctuation",
         "printable", "whitespace", "capwords")}),
-    "random": TrustedModule("random", {**_random_members(random.Random()), "Random": _new_random}),
+    "random": TrustedModule("random", {**random_members(random.Random()), "Random": new_random}),
     "copy": TrustedModule("copy", {"copy": _copy_of(copy.copy), "deepcopy": _copy_of(copy.deepcopy)}),
     "itertools": TrustedModule("itertools", ITERTOOLS),
     "statistics": TrustedModule("statistics", STATISTICS),

@@ -67,7 +67,8 @@ from rlvr.verifiers.trusted import (
     size_at_most,
 )
 
-__all__ = ["CompiledAssert", "HostCallable", "JudgeError", "MAX_SAME_HASH", "ProbeFailed", "compile_assert", "decode_value", "evaluate", "host_names"]
+__all__ = ["CallsNothing", "CompiledAssert", "DEADLINE_EVERY", "DECIMAL_CONTEXT", "HOST_BUILTINS", "HostCallable", "HostNames",
+           "Interpreter", "JudgeError", "MAX_SAME_HASH", "ProbeFailed", "compile_assert", "decode_value", "evaluate", "host_names"]
 
 HOST_BUILTINS: dict[str, Any] = {**BUILTINS, **ATTRIBUTE_BUILTINS}
 CONSTRUCTORS: dict[type, Callable] = {**SAFE_TYPES, **SAFE_CONSTRUCTORS}
@@ -76,6 +77,9 @@ _CALLABLE = CALLABLE_TYPES | frozenset(SAFE_CONSTRUCTORS)
 # (`x in f()` on 10^5 items: 0.5 ms), so looking every 4096 steps let a quadratic test overrun its
 # deadline by seconds; every 64 it overruns by at most ~0.1 s, and a look costs ~1% of a step.
 DEADLINE_EVERY = 64
+# Decimal arithmetic on the host (asserts, test code): 28 digits, exponents bounded (int() of any
+# result stays small).
+DECIMAL_CONTEXT = decimal.Context(prec=28, Emax=MAX_DECIMAL_EXPONENT, Emin=-MAX_DECIMAL_EXPONENT)
 _TYPE_TESTS = (isinstance, issubclass)  # take types as types: no constructor substituted
 _STDLIB = frozenset(name for name in sys.stdlib_module_names if not name.startswith("_"))
 _BUILTIN_NAMES = LANGUAGE_BUILTINS
@@ -155,7 +159,7 @@ class HostCallable:
     a name bound to one resolves, in an assert, to `bound` with the asserting interpreter, whose
     deadline and budgets the call shares."""
 
-    def bound(self, caller: "_Interpreter") -> Callable[..., Any]:
+    def bound(self, caller: "Interpreter") -> Callable[..., Any]:
         raise NotImplementedError
 
 
@@ -191,6 +195,12 @@ class _Host(ast.expr):
     _fields = ("value",)
 
 
+class CallsNothing(ValueError):
+    """An assert that calls nothing the program defines (``assert True``, ``assert math.pi > 3``):
+    it passes or fails whatever the program does. `compile_assert` refuses it; a dataset's such
+    lines (MBPP's ``assert True``) are not counted as tests (`formats.py`)."""
+
+
 @dataclass(frozen=True)
 class CompiledAssert:
     """An assert's test with each call into the program replaced by a probe."""
@@ -205,10 +215,6 @@ _SUPPORTED = (
     ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.Starred, ast.keyword, ast.comprehension,
     ast.arguments, ast.arg, ast.expr_context, ast.unaryop, ast.operator, ast.boolop, ast.cmpop, _Probe, _Host,
 )
-
-
-def _chain_root(node: ast.expr) -> ast.expr:
-    return _root_and_parent(node)[0]
 
 
 def _root_and_parent(node: ast.expr) -> tuple[ast.expr, ast.expr | None]:
@@ -253,9 +259,9 @@ def compile_assert(k: int, source: Any, names: dict[str, Any], probes: list) -> 
     if len(body) != 1 or not isinstance(body[0], ast.Assert):
         raise ValueError(f"assert {k}: must be exactly one assert statement (put helpers in setup): {source!r:.200}")
 
-    def refuse(what: str) -> ValueError:
-        return ValueError(f"assert {k}: {what}; the judge evaluates asserts outside the sandbox "
-                          f"and cannot do this safely: {source!r:.200}")
+    def refuse(what: str, kind: type[ValueError] = ValueError) -> ValueError:
+        return kind(f"assert {k}: {what}; the judge evaluates asserts outside the sandbox "
+                    f"and cannot do this safely: {source!r:.200}")
 
     setup_bound = getattr(names, "setup_bound", frozenset())
 
@@ -346,12 +352,15 @@ def compile_assert(k: int, source: Any, names: dict[str, Any], probes: list) -> 
     if len(probes) == first_probe:
         raise refuse("it calls nothing the program defines, so it would pass or fail whatever the program does "
                      "(a function named like a built-in, such as `sum`, is the built-in here: bind it in setup, "
-                     "`candidate = sum`, and call `candidate(...)`)")
+                     "`candidate = sum`, and call `candidate(...)`)", CallsNothing)
     return CompiledAssert(tree=tree, source=source)
 
 
-class _Interpreter:
-    """Evaluates a compiled assert with trusted names, probe values and a step budget."""
+class Interpreter:
+    """Evaluates a compiled assert with trusted names, probe values and a step budget
+    (`testcode.py` extends it with statements, for trusted test code, and a larger budget)."""
+
+    max_steps = MAX_STEPS
 
     def __init__(self, names: dict[str, Any], probe: Callable[[int], Any], deadline: float) -> None:
         self.names, self.probe, self.deadline, self.steps, self.produced = names, probe, deadline, 0, 0
@@ -374,7 +383,7 @@ class _Interpreter:
 
     def run(self, node: ast.AST, env: dict[str, Any]) -> Any:
         self.steps += 1
-        if self.steps > MAX_STEPS:
+        if self.steps > self.max_steps:
             raise JudgeError("too much work")
         if self.steps % DEADLINE_EVERY == 0 and time.monotonic() > self.deadline:
             raise JudgeError("Timeout")
@@ -529,9 +538,5 @@ class _Interpreter:
 def evaluate(compiled: CompiledAssert, names: dict[str, Any], probe: Callable[[int], Any], deadline: float) -> bool:
     """The assert's verdict. Raises JudgeError (or whatever the evaluation raises, as Python
     would: a TypeError comparing ``str`` with ``int`` is a failed test) when it does not pass."""
-    with decimal.localcontext(_DECIMALS):
-        return bool(_Interpreter(names, probe, deadline).run(compiled.tree, {}))
-
-
-# Decimal arithmetic on the host: 28 digits, exponents bounded (int() of any result stays small).
-_DECIMALS = decimal.Context(prec=28, Emax=MAX_DECIMAL_EXPONENT, Emin=-MAX_DECIMAL_EXPONENT)
+    with decimal.localcontext(DECIMAL_CONTEXT):
+        return bool(Interpreter(names, probe, deadline).run(compiled.tree, {}))

@@ -65,7 +65,8 @@ class ReturnedIterator:
 
 def decode_value(tokens: Any) -> Any:
     """Rebuild a value from the runner's flat tokens, strictly; raises JudgeError on anything
-    malformed, too deep, too large or built to be slow (colliding hashes)."""
+    malformed, too deep, too large or built to be slow (colliding hashes). The runner's
+    ``_untag`` is its unbounded twin for the host's own data arguments."""
     if not isinstance(tokens, list) or not tokens or len(tokens) > 3 * MAX_NODES:
         raise JudgeError("malformed value")
     pos = 0
@@ -202,7 +203,10 @@ def encode_value(value: Any) -> list:
     """The host's data (a probe's arguments) as the runner's flat tokens: built-in scalars and
     containers (a subclass, such as ``Counter``, as its base type's value), at most `MAX_NODES`
     values and `MAX_DEPTH` levels. Anything else (a function, a class instance, a ``Fraction``)
-    is not data the program can receive: `JudgeError` naming its type, which fails the test."""
+    is not data the program can receive: `JudgeError` naming its type, which fails the test.
+
+    The twin of the runner's ``_tag`` for built-in data (the runner is standard library only and
+    imports nothing of rlvr): both write the same tokens, tested token for token."""
     out: list = []
     todo, nodes = [(value, 0)], 0
     while todo:

@@ -2,7 +2,7 @@
 
 A dataset's test code (``def check(candidate): ...`` with loops, assignments, helper functions,
 ``import random``...) is the dataset's, so it runs here, never in the sandbox, in the judge's
-bounded interpreter (`judge._Interpreter`) extended with statements. The rule is the judge's
+bounded interpreter (`judge.Interpreter`) extended with statements. The rule is the judge's
 own: only calls into what the program defines cross the boundary. A call of ``candidate`` (the
 row's ``entry_point``) or of any other name neither the test code nor the judge defines
 (``sort_third``, ``poly``) is a *data-argument probe*: its arguments are computed here and sent
@@ -44,13 +44,12 @@ import json
 import math
 import random
 import re
-import time
 from collections import ChainMap
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from rlvr.verifiers.host_modules import HOST_MODULES, REFUSED_MODULES, _new_random, _random_members
-from rlvr.verifiers.judge import _DECIMALS, DEADLINE_EVERY, HostCallable, HostNames, _Interpreter, host_names
+from rlvr.verifiers.host_modules import HOST_MODULES, REFUSED_MODULES, new_random, random_members
+from rlvr.verifiers.judge import DECIMAL_CONTEXT, HostCallable, HostNames, Interpreter, host_names
 from rlvr.verifiers.methods import DATA_NAMES, MUTATING, BoundMethod, data_attribute
 from rlvr.verifiers.results import decode_value, encode_value
 from rlvr.verifiers.trusted import BINARY, COMPARE, MAX_LENGTH, MAX_SAME_HASH, JudgeError, ProbeFailed, TrustedModule, checked, materialised
@@ -76,7 +75,6 @@ class TestCode:
 
     module: ast.Module
     entry: str
-    source: str = field(compare=False)
     program_names: frozenset[str] = frozenset()
 
 
@@ -94,11 +92,11 @@ def _test_modules() -> dict[str, TrustedModule]:
     """The modules test code may import: the judge's host versions (`host_modules`), with a
     ``random`` of its own seeded the same way on every round, so that each replay draws alike."""
     def seeded(seed: Any = None) -> TrustedModule:
-        return _impure(_new_random(SEED if seed is None else seed))
+        return _impure(new_random(SEED if seed is None else seed))
     # math.pow converts to float first: constant time (HumanEval/32's poly uses it)
     math_module = TrustedModule("math", {**HOST_MODULES["math"].members, "pow": math.pow})
     return {**HOST_MODULES, "math": math_module,
-            "random": _impure(TrustedModule("random", {**_random_members(random.Random(SEED)), "Random": seeded}))}
+            "random": _impure(TrustedModule("random", {**random_members(random.Random(SEED)), "Random": seeded}))}
 
 
 def compile_test_code(source: Any, entry: str = "check", what: str = "test code") -> TestCode:
@@ -120,7 +118,7 @@ def compile_test_code(source: Any, entry: str = "check", what: str = "test code"
     if not program_names and not any(isinstance(n, ast.Name) and n.id == candidate for n in ast.walk(function)):
         raise ValueError(f"{what}: {entry}() calls nothing the program defines (neither {candidate} nor another name), "
                          "so it would pass whatever the program does")
-    return TestCode(module=module, entry=entry, source=source, program_names=program_names)
+    return TestCode(module=module, entry=entry, program_names=program_names)
 
 
 def _check_module(module: ast.Module, what: str) -> frozenset[str]:
@@ -360,8 +358,10 @@ def call_key(expr: str, args: list, kwargs: dict) -> tuple[str, dict]:
 # ------------------------------------------------------------------------ the interpreter
 
 
-class _TestInterpreter(_Interpreter):
+class _TestInterpreter(Interpreter):
     """The judge's expression interpreter with statements, host functions and calls into the program."""
+
+    max_steps = MAX_CHECK_STEPS  # the whole check, each round
 
     def __init__(self, known: dict[str, dict], deadline: float) -> None:
         self.modules = _test_modules()
@@ -371,19 +371,10 @@ class _TestInterpreter(_Interpreter):
         self.hash_counts: dict[int, tuple[Any, dict[int, int]]] = {}
         self.waiting = 0  # asserts left for a later round
         self.placeholders = False  # some container holds UNKNOWN: arguments are searched for it
-        self.max_steps = MAX_CHECK_STEPS
 
     @staticmethod
     def _no_probe(index: int) -> Any:
         raise JudgeError("a static probe in test code")
-
-    def run(self, node: ast.AST, env: Any) -> Any:
-        self.steps += 1
-        if self.steps > self.max_steps:
-            raise JudgeError("too much work in the test code")
-        if self.steps % DEADLINE_EVERY == 0 and time.monotonic() > self.deadline:
-            raise JudgeError("Timeout")
-        return getattr(self, "do_" + type(node).__name__)(node, env)
 
     # ---------------------------------------------------------------- values
     def do__Value(self, node: _Value, env: Any) -> Any:
@@ -762,7 +753,7 @@ def interpret_round(code: TestCode, entry_point: str, known: dict[str, dict], de
     interpreter = _TestInterpreter(known, deadline)
     module_env: dict[str, Any] = {}
     try:
-        with decimal.localcontext(_DECIMALS):  # Decimal arithmetic bounded, as in asserts
+        with decimal.localcontext(DECIMAL_CONTEXT):  # Decimal arithmetic bounded, as in asserts
             if helpers is not None:
                 interpreter.block(helpers.body, ChainMap(module_env))
             interpreter.block(code.module.body, ChainMap(module_env))
@@ -802,7 +793,7 @@ class SetupHelper(HostCallable):
     def __init__(self, module: ast.Module, name: str) -> None:
         self.module, self.name = module, name
 
-    def bound(self, caller: _Interpreter) -> Callable[..., Any]:
+    def bound(self, caller: Interpreter) -> Callable[..., Any]:
         def call(*args: Any, **kwargs: Any) -> Any:
             # one interpreter per assert for all its helper calls: they share a check's step
             # budget (a helper may compute an expected value the long way), the assert's deadline
@@ -820,7 +811,7 @@ class SetupHelper(HostCallable):
         call.__name__ = self.name
         return call
 
-    def interpreter_for(self, caller: _Interpreter) -> tuple[_TestInterpreter, ChainMap]:
+    def interpreter_for(self, caller: Interpreter) -> tuple[_TestInterpreter, ChainMap]:
         held = caller.__dict__.setdefault("setup_interpreters", {})
         if id(self.module) not in held:
             interpreter, env = _TestInterpreter({}, caller.deadline), ChainMap({})

@@ -44,8 +44,6 @@ class ProbeFailed(JudgeError):
     """The call into the program raised, timed out or sent nothing usable back."""
 
 
-
-
 SIZED_TYPES = frozenset([str, bytes, list, tuple, set, frozenset, dict])
 _WALKED = SIZED_TYPES | {range}
 

@@ -60,7 +60,7 @@ from rlvr.verifiers.math.equal import _Budget, _same_answer, _symbolic_verdict
 from rlvr.verifiers.math.extract import MAX_ANSWER_CHARS, _boxes, _unwrap_nested, extract_last_boxed
 from rlvr.verifiers.math.fast import _exact
 from rlvr.verifiers.math.forms import _canonical
-from rlvr.verifiers.math.normalise import _exact_number, _normalise_cached, _normalise_parts
+from rlvr.verifiers.math.normalise import _exact_number, _exact_number_cached, _normalise_cached, _normalise_parts
 from rlvr.verifiers.math.parse import _to_sympy
 
 __all__ = ["MAX_ANSWER_CHARS", "answer_key", "boxed_math", "clear_caches", "extract_last_boxed"]
@@ -74,6 +74,7 @@ def clear_caches() -> None:
     """Forget cached parses and symbolic verdicts (to time the cold path; verdicts never
     depend on the caches)."""
     _normalise_cached.cache_clear()
+    _exact_number_cached.cache_clear()
     _to_sympy.cache_clear()
     _exact.cache_clear()
     _symbolic_verdict.cache_clear()

@@ -42,7 +42,6 @@ from rlvr.verifiers.math.normalise import (
     _THOUSANDS,
     _WHITESPACE,
     _Answer,
-    _exact_number,
     _is_plain_number,
     _label_key,
     _normalise_parts,
@@ -319,7 +318,7 @@ def _equivalent(cand: str, gold: str, budget: _Budget, depth: int = 0) -> bool:
     if not cand or not gold or depth > _MAX_NESTING:
         return False
     depth += 1
-    if _THOUSANDS.fullmatch(gold) or _exact_number(gold) is not None:
+    if _is_plain_number(gold):  # a regex: the Fraction is built once, in _same_number
         # "1,000" is one thousand only when a single number is expected at all
         if _THOUSANDS.fullmatch(cand):
             cand = cand.replace("{,}", "").replace(",", "")

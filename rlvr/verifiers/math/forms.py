@@ -22,12 +22,13 @@ _TOKEN = re.compile(
     r"(\\(?:text|textrm|textbf|textit|mathrm|mathbf|mbox)\{[^{}]*\})|\\[A-Za-z]+|\\.|[0-9]+(?:\.[0-9]+)?|\S",
     _A,
 )
+# Control words with one meaning and two names. Those that typeset a delimiter
+# character (\lbrace, \mid, \vert, ...) are that character already: normalise.py maps
+# them (_DELIMITER_WORDS) before any answer reaches this module.
 _SYNONYMS = {
     "\\le": "\\leq", "\\leqslant": "\\leq", "\\ge": "\\geq", "\\geqslant": "\\geq",
-    "\\ne": "\\neq", "\\lt": "<", "\\gt": ">", "\\lbrace": "\\{", "\\rbrace": "\\}",
-    "\\lbrack": "[", "\\rbrack": "]", "\\lvert": "|", "\\rvert": "|", "\\vert": "|",
+    "\\ne": "\\neq", "\\lt": "<", "\\gt": ">",
     "\\to": "\\rightarrow", "\\emptyset": "\\varnothing", "\\lor": "\\vee", "\\land": "\\wedge",
-    "\\mid": "|", "\\lparen": "(", "\\rparen": ")", "\\ne": "\\neq",
 }
 _OPEN = frozenset({"(", "[", "{", "\\{"})
 _CLOSE = frozenset({")", "]", "}", "\\}"})

@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 from rlvr.verifiers.math.extract import _A, _match_brace
 from rlvr.verifiers.math.forms import _canonical, _tokens
+from rlvr.verifiers.math.parse import _GREEK
 
 _MAX_FAST_DIGITS = 4000  # below CPython's default int<->str limit of 4300 digits
 
@@ -45,17 +46,18 @@ _SPACING = re.compile(
     r"(\\\\)|\\(?:quad|qquad|displaystyle|textstyle|scriptstyle|scriptscriptstyle)(?![A-Za-z])|\\[!,;: ]|~",
     _A,
 )
+# Every text and font command: a font is a font, its argument is text ("\textbf{meters}").
+_FONT = (
+    r"\\(?:text|textrm|textnormal|textup|textbf|textit|textsf|texttt|textsl|emph"
+    r"|mathrm|mathit|mathbf|mathsf|mathtt|mbox|operatorname)"
+)
 # Rule "same rendering, same answer" for text and font commands: a text group holding
 # only spaces is a space (``\text{ }5``), one holding only a sign is that sign
 # (``\text{-}5``); ``\mathrm{e}`` and ``\mathrm{i}`` are the constants e and i wherever they
 # stand (``\mathrm{e}^2``); ``\operatorname{sin}`` is ``\sin`` for every name TeX itself
 # defines as an operator, ``\mathrm{sin}`` only for the functions (``\mathrm{min}`` and
 # ``\mathrm{deg}`` after a number are units: minutes, degrees).
-_FONT_NAMES = (
-    "text|textrm|textnormal|textup|textbf|textit|textsf|texttt|textsl|emph"
-    "|mathrm|mathit|mathbf|mathsf|mathtt|mbox|operatorname"
-)
-_BLANK_TEXT = re.compile(rf"\\(?:{_FONT_NAMES})\s*\{{\s*(?:([-+])\s*)?\}}", _A)
+_BLANK_TEXT = re.compile(rf"{_FONT}\s*\{{\s*(?:([-+])\s*)?\}}", _A)
 _UPRIGHT_CONSTANT = re.compile(r"\\(?:mathrm|operatorname|textrm|mathit|text)\s*\{\s*([ei])\s*\}", _A)
 _OPERATOR_NAMES = "gcd|det|max|min|deg|dim|ker|arg|sup|inf|lim"
 _FUNCTION_NAMES = "sin|cos|tan|cot|sec|csc|arcsin|arccos|arctan|sinh|cosh|tanh|coth|log|ln|lg|exp"
@@ -74,10 +76,7 @@ _ARRAY_MATRIX = re.compile(
 _FRAC_VARIANTS = re.compile(r"\\(?:[dt]frac|cfrac(?:\[[lrc]\])?)(?![A-Za-z])", _A)
 _OVER = re.compile(r"\\over(?![A-Za-z])", _A)
 _WHITESPACE = re.compile(r"\s+", _A)
-_GREEK_NAMES = (
-    "alpha|beta|gamma|delta|epsilon|varepsilon|zeta|eta|theta|vartheta|iota|kappa|lambda|mu|nu"
-    "|xi|rho|sigma|tau|upsilon|phi|varphi|chi|psi|omega"
-)
+_GREEK_NAMES = "|".join(sorted(_GREEK))  # the letters parse.py reads as symbols
 _VARIABLE = rf"(?:[A-Za-z]|\\(?:{_GREEK_NAMES})(?![A-Za-z]))"
 # A label names the quantity an answer gives: x, \theta, x_1, V_{1}, f(x), P(A), (x, y),
 # AB, |AB|, \angle ABC, m\angle ABC (its measure), \overline{AB}, \frac{NO}{BO}, and
@@ -96,11 +95,6 @@ _FUNCTION_ARGUMENT = re.compile(r"\([^()]*\)$", _A)
 _LETTER = re.compile("[A-Za-z]", _A)
 # ASCII relations: "x <= 1" is x \le 1.
 _ASCII_RELATION = re.compile(r"<=|>=", _A)
-# Every text and font command: a font is a font, its argument is text ("\textbf{meters}").
-_FONT = (
-    r"\\(?:text|textrm|textnormal|textup|textbf|textit|textsf|texttt|textsl|emph"
-    r"|mathrm|mathit|mathbf|mathsf|mathtt|mbox|operatorname)"
-)
 # Separators that can only separate items: ";" ("(4;0;6)", "-12;-11"), a comma in text
 # ("-1\text{, }2"), and \quad or \qquad between two complete parts ("-1 \qquad 2").
 _TEXT_COMMA = re.compile(rf"{_FONT}\{{\s*[,;]\s*\}}", _A)
@@ -111,11 +105,12 @@ _QUAD_SEPARATOR = re.compile(
 _TEXT_WRAP = re.compile(rf"^{_FONT}\{{([^{{}}]*)\}}$", _A)
 _TRAILING_ZEROS = re.compile(r"^(-?[0-9]+)\.0+$", _A)
 _THOUSANDS = re.compile(r"-?[0-9]{1,3}(?:(?:,|\{,\})[0-9]{3})+(?:\.[0-9]+)?", _A)
-_NUMBER = re.compile(
-    r"-?(?:[0-9]{1,3}(?:(?:,|\{,\})[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?"
-    r"|-?\.[0-9]+|-?[0-9]+/[0-9]+|-?\\frac\{-?[0-9]+\}\{[0-9]+\}",
-    _A,
+# A plain number: an integer (thousands in groups of three), a decimal, a/b, \frac{a}{b}.
+_NUMBER_PATTERN = (
+    r"-?(?:[0-9]{1,3}(?:(?:,|\{,\})[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?|-?\.[0-9]+|-?[0-9]+/[0-9]+"
+    r"|-?\\frac\{-?[0-9]+\}\{[0-9]+\}"
 )
+_NUMBER = re.compile(_NUMBER_PATTERN, _A)
 # "2\frac{1}{2}" (also "2\frac12") as a whole answer is the mixed number 5/2.
 _MIXED = re.compile(r"(-?)([0-9]+) ?\\frac(?:\{([0-9]+)\}\{([0-9]+)\}|([0-9])([0-9]))", _A)
 # "0.1\overline{6}": a repeating decimal, exactly 1/6.
@@ -130,19 +125,17 @@ _REPEATING = re.compile(r"(-?)([0-9]*)\.([0-9]*)\\overline ?(?:\{([0-9]+)\}|([0-
 # stays, so the answer does not parse and the hedging guard sees it.
 
 _POWER = r"\^\s*(?:[23]|\{\s*[23]\s*\})"
+# A degree sign: 45^\circ, 45^{\circ}, 45\degree, or the character U+00B0.
+_DEGREE = r"\^\s*(?:\\circ|\{\s*\\circ\s*\})|\\degree(?![A-Za-z])|\u00b0"
 # One piece of a unit suffix, matched at the end of what is left: a text group (a
 # power may follow it), a degree sign, a percent sign, or a "/" or "\cdot" between units.
 _UNIT_PIECE = re.compile(
     rf"\s*(?:{_FONT}\s*\{{[^{{}}]*\}}(?:\s*{_POWER})?"
-    r"|(?:\^\s*(?:\\circ|\{\s*\\circ\s*\})|\\degree(?![A-Za-z])|\u00b0)(?:\s*[CF])?"
+    rf"|(?:{_DEGREE})(?:\s*[CF])?"
     r"|\\?%|/|\\cdot(?![A-Za-z]))$",
     _A,
 )
 _UNIT_SEPARATOR_PIECE = re.compile(r"\s*(?:/|\\cdot)$", _A)
-_NUMBER_PATTERN = (
-    r"-?(?:[0-9]{1,3}(?:(?:,|\{,\})[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?|-?\.[0-9]+|-?[0-9]+/[0-9]+"
-    r"|-?\\frac\{-?[0-9]+\}\{[0-9]+\}"
-)
 # "7 cm", "7cm^2", "60 km/h": unit words written without \text, only after a plain
 # number and only when the first word has two letters or more ("7 m" may be 7m). A
 # joint between words is "/" or spaces, and a space is read only one way, so the match
@@ -154,7 +147,7 @@ _BARE_UNIT = re.compile(
 )
 # Inside a unit: words, degree signs, percent signs, "/" or "per", products, powers.
 _UNIT_TOKEN = re.compile(
-    r"\s*(?:(?P<deg>\u00b0|\\degree(?![A-Za-z])|\^\s*(?:\\circ|\{\s*\\circ\s*\})|\\circ(?![A-Za-z]))"
+    rf"\s*(?:(?P<deg>{_DEGREE}|\\circ(?![A-Za-z]))"
     r"|(?P<pct>\\?%)|(?P<div>/)|(?P<dot>\\cdot(?![A-Za-z])|\\times(?![A-Za-z])|\*|\u00b7)"
     r"|\^\s*(?:(?P<pow>[23])|\{\s*(?P<bpow>[23])\s*\})|(?P<word>[A-Za-z]+)\.?)",
     _A,
@@ -415,7 +408,7 @@ def _label_names(label: str) -> set[str]:
     part of its name (``f(x)`` -> ``{"f"}``)."""
     if not label.startswith("(") and "_" not in label:
         label = _FUNCTION_ARGUMENT.sub("", label)
-    return {tok for tok, _, _ in _tokens(label) if tok.isalpha() or tok[1:] in _GREEK_NAMES.split("|")}
+    return {tok for tok, _, _ in _tokens(label) if tok.isalpha() or tok[1:] in _GREEK}
 
 
 _IN = re.compile(r"\\in(?![A-Za-z])", _A)  # "\in", not the start of "\infty" or "\int"
@@ -520,18 +513,21 @@ def _normalise_cached(s: str, keep_assignment: bool) -> _Answer:
 def _normalise_uncached(s: str, keep_assignment: bool = False) -> _Answer:
     dollars = "\\$" in s  # "\$18" is a price in dollars (a unit); "$x$" is math mode
     s = s.replace("\\$", "").replace("$", "")
-    s = _DELIMITER_SIZES.sub("", s)
-    if "\\" in s:
+    if "\\" in s:  # each pass below is guarded by a substring its pattern cannot match without
+        s = _DELIMITER_SIZES.sub("", s)
         s = _DELIMITER_WORD.sub(lambda m: _DELIMITER_WORDS[m.group(1)], s)
-        if _FONT_MARK.search(s):
+        fonts = _FONT_MARK.search(s) is not None
+        if fonts:
             s = _BLANK_TEXT.sub(lambda m: m.group(1) or " ", s)
             s = _UPRIGHT_CONSTANT.sub(r"\1", s)
             s = _OPERATOR_NAME.sub(lambda m: f"\\{m.group(1) or m.group(2)} ", s)
         if "\\begin{array}" in s:
             s = _array_as_matrix(s.strip())
         s = _THIN_THOUSANDS.sub("{,}", s)
-        s = _TEXT_COMMA.sub(",", s)
-        s = _QUAD_SEPARATOR.sub(", ", s)
+        if fonts:
+            s = _TEXT_COMMA.sub(",", s)
+        if "quad" in s:
+            s = _QUAD_SEPARATOR.sub(", ", s)
         s = _SPACING.sub(lambda m: m.group(1) or " ", s)
         s = _FRAC_VARIANTS.sub(r"\\frac", s)
         if "\\over" in s:
@@ -586,6 +582,20 @@ def _exact_number(s: str) -> Fraction | str | None:
     Too long for int(), a decimal becomes its canonical digit string instead (int()
     refuses ~4300+ digits, and raising that limit would change global state).
     """
+    # A gold number is compared G times per prompt: short strings are cached. At most
+    # 600 characters, a string has fewer digits than any int() limit (640 at least), so
+    # its value does not depend on that global setting.
+    if len(s) <= _CACHED_CHARS:
+        return _exact_number_cached(s)
+    return _exact_number_uncached(s)
+
+
+@functools.lru_cache(maxsize=16384)
+def _exact_number_cached(s: str) -> Fraction | str | None:
+    return _exact_number_uncached(s)
+
+
+def _exact_number_uncached(s: str) -> Fraction | str | None:
     m = _DECIMAL.fullmatch(s)
     if m and (m.group(2) or m.group(3)):
         sign, whole, frac = m.group(1), m.group(2).lstrip("0"), (m.group(3) or "").rstrip("0")
@@ -611,7 +621,8 @@ def _exact_number(s: str) -> Fraction | str | None:
 
 def _same_number(a: str, b: str) -> bool | None:
     """Exact comparison if both sides are plain numbers, else None (undecided)."""
-    x, y = _exact_number(a), _exact_number(b)
+    x = _exact_number(a)
+    y = _exact_number(b) if x is not None else None
     if x is None or y is None:
         return None
     return type(x) is type(y) and x == y
