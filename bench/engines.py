@@ -44,6 +44,7 @@ from rlvr.loop import PromptStream
 from rlvr.models import build_char_tokenizer, build_tiny_model, load_model, load_tokenizer
 from rlvr.rollout import encode_prompts, generate
 from rlvr.rollout import engines as engine_module
+from rlvr.sampling import Sampling
 from rlvr.tasks.arithmetic import make_splits
 
 ENGINES = ("static", "transformers")
@@ -119,7 +120,7 @@ def main() -> None:
                 engine_module.set_weight_packing(engine != "static-unpacked")
                 if engine == "static-mkl":
                     _mkl_packing.install(args.prompts * args.group_size)
-                outs[engine] = generate(model, ids, mask, max_new_tokens=args.max_new_tokens, eos_id=eos,
+                outs[engine] = generate(model, ids, mask, Sampling(max_new_tokens=args.max_new_tokens), eos_id=eos,
                                         pad_id=tokenizer.pad_token_id, group_size=args.group_size,
                                         generator=torch.Generator().manual_seed(r), engine=engine.split("-")[0])
                 engine_module.set_weight_packing(True)

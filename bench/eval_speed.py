@@ -29,7 +29,7 @@ from rlvr.models import load_model, load_tokenizer
 from rlvr.reward import RewardTerm
 from rlvr.stages.evaluate import evaluate
 from rlvr.tasks.arithmetic import make_splits
-from rlvr.verifiers import boxed_math
+from rlvr.verifiers.math import boxed_math
 
 
 def with_generate(model, tokenizer, problems, cfg) -> tuple[float, float]:
@@ -78,7 +78,8 @@ def main() -> None:
         for name in (list(times) if round_ % 2 == 0 else list(reversed(times))):
             started = time.perf_counter()
             if name == "rlvr evaluate":
-                result = evaluate(model, tokenizer, problems, cfg.data, cfg.eval, term, PhaseBar(None, None), seed=round_)
+                result = evaluate(model, tokenizer, problems, cfg.data, cfg.eval, term, PhaseBar(None, None), cfg.eval.sampling(cfg.rollout.stop, cfg.thinking),
+                                  seed=round_)
                 accuracy[name] = (result.accuracy, result.sampled[f"mean@{args.samples}"])
             else:
                 torch.manual_seed(round_)

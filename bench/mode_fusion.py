@@ -82,7 +82,7 @@ def main() -> None:
 def asked_format(run_dir: Path, arm: str, mode: str) -> float:
     """The share of the final greedy completions in the form the arm's prompts ask for (mode_format:
     a non-empty block for thinking, an empty block for a direct answer)."""
-    from rlvr.verifiers import mode_format
+    from rlvr.verifiers.format import mode_format
 
     rows = [json.loads(line) for line in (run_dir / "eval_after_rl.jsonl").read_text().splitlines()]
     wanted = mode if arm == "fused" else ("think" if arm == "think" else "no_think")

@@ -26,7 +26,7 @@ def batch(model_dir: str, prompts: int, group: int):
     from rlvr.config import load_config
     from rlvr.data import format_prompt
     from rlvr.labs import MODELS
-    from rlvr.pipeline import load_splits
+    from rlvr.tasks import load_splits
 
     cfg = load_config(str(MODELS["smollm2"].config), [f"model.path={model_dir!r}".replace("'", '"')])
     _, held = load_splits(cfg)

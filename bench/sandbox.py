@@ -10,7 +10,7 @@ bubblewrap sandbox per item, one forked child per test inside it. Jobs run from
 threads (the work is in the sandbox processes), which is how a verification pool's
 workers use it. On a 2-core machine two at a time is the useful maximum. The batched rows
 go through run_python_tests_batch (what python_code_batched does), in chunks of --batch:
-programs for different problems one after another in shared sandboxes (rlvr.verifiers.served),
+programs for different problems one after another in shared sandboxes (rlvr.verifiers.code.served),
 `sandboxes` of them at a time. Every program and every problem is distinct, so no repeat is
 run once and the rates are the sandbox's own.
 """
@@ -22,9 +22,8 @@ import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from rlvr.verifiers import python_code
-from rlvr.verifiers.code import run_python_tests_batch
-from rlvr.verifiers.sandbox import Limits
+from rlvr.verifiers.code import python_code, run_python_tests_batch
+from rlvr.verifiers.code.sandbox import Limits
 
 TASKS = [
     (

@@ -31,17 +31,18 @@ import time
 
 import torch
 
-from rlvr.learner import new_adamw
+from rlvr.optim import new_adamw
 from rlvr.algorithms import aggregate
 from rlvr.config import Config
 from rlvr.data import format_prompt
 from rlvr.logprobs import completion_logprobs
 from rlvr.models import build_char_tokenizer, build_tiny_model
-from rlvr.pipeline import configure_cpu_math, load_splits
+from rlvr.runtime import configure_cpu_math
+from rlvr.tasks import load_splits
 from rlvr.rollout import encode_prompts
 from rlvr.stages.sft import encode_targets, pad_right, sft_backward
 from rlvr.tasks.arithmetic import sft_targets
-from rlvr.update import token_budget_batches
+from rlvr.batching import token_budget_batches
 
 from _floor import Shape, model_gflops, peak_gflops
 

@@ -26,8 +26,7 @@ import random
 import statistics
 import time
 
-from rlvr.verifiers import boxed_math
-from rlvr.verifiers.math import clear_caches
+from rlvr.verifiers.math import boxed_math, clear_caches
 
 FILLER = (
     "First, let us restate the problem and identify what is being asked. "

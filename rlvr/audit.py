@@ -32,8 +32,10 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from rlvr.config import ConfigError
-from rlvr.errors import RunStopped
+from rlvr.errors import RunStopped, UsageError
+from rlvr.metrics import read_jsonl_records
 from rlvr.verifiers.contract import Item, Reward, is_batched, resolve_reward
+from rlvr.verifiers.math import boxed_math
 from rlvr.verifiers.pool import VerifierPool
 
 __all__ = ["AuditReport", "Probe", "audit_reward", "is_batched", "probes_for"]
@@ -328,11 +330,6 @@ def replay_samples(spec: str, run_dir: Path, imports: list[str] = ()) -> tuple[i
     """A run's own logged completions (samples.jsonl) through the reward `spec` and the strict
     verifier (boxed_math): (rows replayed, the rows where they disagree, each with both scores).
     A reward that raises on a row counts as disagreeing, with the error."""
-    from rlvr.errors import UsageError
-    from rlvr.metrics import read_jsonl_records
-    from rlvr.verifiers import boxed_math
-    from rlvr.verifiers.contract import Item, resolve_reward
-
     path = Path(run_dir) / "samples.jsonl"
     if not path.is_file():
         raise UsageError(f"{path}: not found (--samples takes a run directory)")

@@ -2,11 +2,12 @@
 
 Layout under run_dir/checkpoints/:
 
-    stage-<name>/  written when a stage of the recipe finishes (stage-sft, stage-eval_after_sft,
-                   ...): the results so far, the RNG state, and the weights when the stage changed
-                   them (SFT's, so a resumed run neither redoes SFT nor loses the KL anchor)
+    phase-<name>/  written when a phase of the lab/train recipe finishes (phase-sft,
+                   phase-eval_after_sft, ...): the results so far, the RNG state, and the weights
+                   when the phase changed them (SFT's, so a resumed run neither redoes SFT nor
+                   loses the KL anchor)
     sft-001000/    SFT in progress (checkpoint.sft_every): weights, optimizer and schedule; only the
-                   newest is kept, and none once stage-sft exists
+                   newest is kept, and none once phase-sft exists
     step-000050/   policy weights (safetensors), optimizer + scheduler + every RNG state + the
                    prompt stream position (trainer.pt), step counters (state.json), config.toml
     COMPLETE       inside each directory, written last: a directory without it is never loaded
@@ -27,7 +28,7 @@ import random
 import shutil
 import signal
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from safetensors.torch import load_model as load_safetensors_into
@@ -36,8 +37,8 @@ from safetensors.torch import save_model as save_safetensors
 from rlvr.errors import RunStopped
 
 COMPLETE = "COMPLETE"
-RL_START = "rl-start"  # written by runs before stage checkpoints: SFT and the first evaluation done
-STAGE_PREFIX = "stage-"
+WEIGHTS_FILE = "model.safetensors"  # the policy's weights in a checkpoint directory
+PHASE_PREFIX = "phase-"  # phase-sft/: a finished phase of the lab/train recipe (pipeline.Phase)
 SFT_PREFIX = "sft-"  # sft-000500/: SFT in progress (weights, optimizer, schedule), removed when the stage finishes
 
 
@@ -137,22 +138,24 @@ def save_checkpoint(
     root: Path,
     name: str,
     *,
-    policy: torch.nn.Module | None,
+    weights: Callable[[Path], None] | None,
     trainer: dict[str, Any] | None,
     state: dict[str, Any],
     config_text: str,
     keep_last: int = 0,
 ) -> Path:
     """Write checkpoint `name` under `root` atomically; keep the newest `keep_last` step-* ones
-    (0 keeps all). Raises CheckpointError (the previous checkpoints intact) when writing fails."""
+    (0 keeps all). `weights(directory)` writes the policy's weight files into the directory being
+    built (save_weights, or a learner's save_policy: whoever holds the weights writes them).
+    Raises CheckpointError (the previous checkpoints intact) when writing fails."""
     root.mkdir(parents=True, exist_ok=True)
     final = root / name
     tmp = root / f".tmp-{name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         tmp.mkdir()
-        if policy is not None:
-            save_safetensors(policy, str(tmp / "model.safetensors"))  # handles tied embeddings
+        if weights is not None:
+            weights(tmp)
         fault_point("checkpoint_write")
         if trainer is not None:
             torch.save(trainer, tmp / "trainer.pt")
@@ -227,10 +230,14 @@ def read_state(path: Path) -> dict[str, Any]:
     return json.loads((path / "state.json").read_text())
 
 
+def save_weights(directory: Path, policy: torch.nn.Module) -> None:
+    save_safetensors(policy, str(directory / WEIGHTS_FILE))  # handles tied embeddings
+
+
 def load_weights(path: Path, policy: torch.nn.Module) -> None:
     if not is_complete(path):
         raise CheckpointError(f"{path}: incomplete checkpoint (no {COMPLETE} marker); refusing to load it")
-    missing, unexpected = load_safetensors_into(policy, str(path / "model.safetensors"), strict=False)
+    missing, unexpected = load_safetensors_into(policy, str(path / WEIGHTS_FILE), strict=False)
     if missing or unexpected:
         raise CheckpointError(f"{path}: weights do not fit the model (missing {missing[:3]}, unexpected {unexpected[:3]})")
 
@@ -245,15 +252,19 @@ def load_trainer(path: Path) -> dict[str, Any]:
 
 
 def save_step(
-    root: Path, step: int, *, weights: torch.nn.Module, trainer: dict[str, Any], loop: dict[str, Any], config_text: str, keep_last: int = 0
+    root: Path, step: int, *, weights: Callable[[Path], None], trainer: dict[str, Any], loop: dict[str, Any], config_text: str,
+    keep_last: int = 0,
 ) -> Path:
-    """The RL loop's checkpoint after `step`: the policy's weights, the learner's and the prompt
-    stream's state (`trainer`: optimizer, scheduler, RNGs, stream) and the loop's counters."""
-    return save_checkpoint(root, step_name(step), policy=weights, trainer=trainer, state={"step": step, **loop},
+    """The RL loop's checkpoint after `step`: the policy's weights (`weights(directory)` writes
+    them: the learner's save_policy), the learner's and the prompt stream's state (`trainer`:
+    optimizer, scheduler, RNGs, stream) and the loop's counters."""
+    return save_checkpoint(root, step_name(step), weights=weights, trainer=trainer, state={"step": step, **loop},
                            config_text=config_text, keep_last=keep_last)
 
 
-def load_step(path: Path, weights: torch.nn.Module) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Load a step checkpoint's weights into `weights`; returns (trainer state, loop state)."""
-    load_weights(path, weights)
-    return load_trainer(path), read_state(path)
+def load_step(path: Path, load_policy: Callable[[Path], None]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Load a step checkpoint's weights through `load_policy(directory)` (the learner's);
+    returns (trainer state, loop state)."""
+    state = read_state(path)  # refuses an incomplete checkpoint before anything is loaded
+    load_policy(path)
+    return load_trainer(path), state

@@ -18,6 +18,9 @@
 
 Exit status: 0 done; 2 a usage error (config, data, model path, argument: rlvr.errors.UsageError),
 nothing trained; 1 a run that had to stop (rlvr.errors.RunStopped), or an audit that failed.
+
+Each command imports what it runs inside its own function, for start-up time: `rlvr --help`,
+`rlvr config` and `rlvr doctor` answer without importing torch and transformers (seconds).
 """
 
 from __future__ import annotations
@@ -157,7 +160,7 @@ def train(
 def _dry_run(cfg: Config) -> None:
     """What a run checks before it loads the model, plus the model's config and tokenizer."""
     from rlvr.models import check_model_loads
-    from rlvr.pipeline import load_splits
+    from rlvr.tasks import load_splits
     from rlvr.reward import build_reward_terms, close_reward_terms
 
     skipped: list = []
@@ -168,6 +171,10 @@ def _dry_run(cfg: Config) -> None:
     sys.stdout.write(to_toml(cfg).lstrip("\n"))
     for problem in skipped:
         console.print(f"[yellow]skipped[/] {problem.where}: {problem.message}")
+    if cfg.rollout.seeding == "auto":  # the one default that means different things locally and on Ray
+        seeding = "group" if cfg.distributed.backend == "ray" else "stream"
+        console.print(f"rollout.seeding = 'auto' samples with {seeding!r} seeding on the {cfg.distributed.backend} backend; local "
+                      "and Ray runs draw the same samples only with rollout.seeding = 'group' on both")
     console.print(f"[green]ok:[/] config valid; {len(train_set)} train and {len(held_out)} held-out examples{model}")
 
 
@@ -178,7 +185,7 @@ def export(
     step: Optional[int] = typer.Option(None, help="Export this step's checkpoint (default: the newest complete one)."),
 ) -> None:
     """Write a run's policy as a model directory that AutoModelForCausalLM.from_pretrained loads."""
-    from rlvr.pipeline import export_checkpoint
+    from rlvr.commands.export import export_checkpoint
 
     try:
         source = export_checkpoint(Path(run_dir), Path(out_dir), step)

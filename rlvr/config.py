@@ -18,14 +18,17 @@ import importlib
 import json
 import os
 import sys
-import tempfile
 import typing
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from rlvr.config_paths import resolve_input_paths
 from rlvr.errors import UsageError
+from rlvr.files import atomic_write_text
+from rlvr.sampling import BudgetForcing, InvalidSampling, Sampling
+from rlvr.stages.estimators import default_ks
+from rlvr.trackers import missing_trackers
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -35,10 +38,6 @@ else:  # pragma: no cover
 
 class ConfigError(UsageError):
     """A config file, key or value is invalid; the message names the field."""
-
-
-class ConfigDeprecationWarning(FutureWarning):
-    """A config file or override uses an old spelling that still works; the message says the new one."""
 
 
 def knob(default: Any, help: str) -> Any:
@@ -185,12 +184,9 @@ class TaskConfig:
 
 @dataclass
 class DataConfig:
-    source: Literal["arithmetic", "code", "word_problems", "jsonl", "hf", "reasoning_gym"] = knob(
-        "arithmetic", "'arithmetic' (built-in procedural task), 'code' (built-in small programs: write f from a few of its values, "
-        "judged in the sandbox; rlvr/tasks/code.py), 'word_problems' (built-in stories of task.min_ops..max_ops steps with "
-        "worked solutions, numbers in 0..task.max_value: the real-model lab's task, rlvr/tasks/word_problems.py), 'jsonl' (your files), 'hf' (anything Hugging Face datasets "
-        "opens: a hub id, a local parquet / json / jsonl / csv / arrow file, a directory saved with save_to_disk) or "
-        "'reasoning_gym' (data.gym_tasks from reasoning-gym's generators, each row scored by its task's own scorer)."
+    source: str = choice(
+        "rlvr.tasks:TASKS", "arithmetic", "The task the problems come from: a name registered in rlvr/tasks/ (data.mix, when set, "
+        "mixes several, and this is the one its entries default to)."
     )
     gym_tasks: list[str] = knob([], "source = 'reasoning_gym': task names, e.g. [\"basic_arithmetic\", \"chain_sum\", \"spell_backward\"].")
     gym_size: int = knob(1000, "source = 'reasoning_gym': training problems per task.")
@@ -238,12 +234,9 @@ class DataConfig:
     )
 
     def validate(self) -> None:
-        if self.source == "reasoning_gym":
-            _require(bool(self.gym_tasks), "data.gym_tasks", "is required when data.source = 'reasoning_gym'")
-            _require(self.gym_size >= 1 and self.gym_eval_size >= 1, "data.gym_size", "gym_size and gym_eval_size must be >= 1")
-            _require("{question}" in self.gym_prompt, "data.gym_prompt", "must contain {question}")
-        if self.source in ("jsonl", "hf"):
-            _require(bool(self.train_path), "data.train_path", f"is required when data.source = {self.source!r}")
+        tasks = _registry_of("rlvr.tasks:TASKS")
+        _require(self.source in tasks, "data.source", f"{self.source!r} is not one of {list(tasks)}")
+        tasks[self.source].check_data(self)  # the rules of the task's own settings (data.gym_*, a train_path it needs)
         _require(self.max_rows >= 0, "data.max_rows", "must be >= 0")
         _require(0.0 <= self.skip_solved_rate <= 1.0, "data.skip_solved_rate", "must be in [0, 1] (0 = off)")
         _require(0.0 <= self.solved_keep_prob < 1.0, "data.solved_keep_prob", "must be in [0, 1)")
@@ -297,7 +290,9 @@ class RolloutConfig:
     seeding: Literal["auto", "stream", "group"] = knob(
         "auto", "'stream': one random stream for all of a step's samples; 'group': each prompt's G samples draw from "
         "their own stream, seeded from run.seed, the generation round and the prompt's place in it, so results do not "
-        "depend on how a round is split across rollout workers; 'auto': stream on the local backend, group on Ray."
+        "depend on how a round is split across rollout workers; 'auto': stream on the local backend, group on Ray. So "
+        "with 'auto' a local run and a 1-worker Ray run draw different samples; with 'group' on both they train alike "
+        "(tests/test_distributed.py)."
     )
     engine: Literal["auto", "static", "transformers"] = knob(
         "auto",
@@ -313,12 +308,12 @@ class RolloutConfig:
     def validate(self) -> None:
         _require(self.group_size >= 2, "rollout.group_size", "must be >= 2 (group-relative advantages need a group)")
         _require(self.prompts_per_step > 0, "rollout.prompts_per_step", "must be > 0")
-        _require(self.temperature > 0, "rollout.temperature", "must be > 0")
-        _require(0.0 < self.top_p <= 1.0, "rollout.top_p", "must be in (0, 1]")
-        _require(self.max_new_tokens > 0, "rollout.max_new_tokens", "must be > 0")
-        _check_truncation("rollout", self.top_k, self.min_p)
-        for i, stop in enumerate(self.stop):
-            _require(bool(stop), f"rollout.stop[{i}]", "is empty")
+        self.sampling()
+
+    def sampling(self) -> Sampling:
+        """How RL rollouts are drawn (built once per run; checked here, by field)."""
+        return _sampling("rollout", {}, max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p,
+                         top_k=self.top_k, min_p=self.min_p, stop=self.stop)
 
 
 @dataclass
@@ -331,8 +326,7 @@ class AlgoConfig:
     baseline: str = choice("rlvr.algorithms.advantage:BASELINES", "group_mean", "Advantage baseline subtracted from each reward.")
     std_scale: str = choice(
         "rlvr.algorithms.advantage:STD_SCALES", "group",
-        "What the centred rewards are divided by. (The old algo.estimator is still read as a baseline and a std "
-        "scaling, with a deprecation note; see docs/algorithms.md.)",
+        "What the centred rewards are divided by.",
     )
     adv_eps: float = knob(1e-4, "eps in (r - mean) / (std + eps).")
     surrogate: str = choice(
@@ -475,10 +469,13 @@ class RFTConfig:
         _require(self.samples >= 1, "rft.samples", "must be >= 1")
         _require(self.prompts >= 0, "rft.prompts", "must be >= 0")
         _require(self.max_per_prompt >= 1, "rft.max_per_prompt", "must be >= 1")
-        _require(self.temperature > 0, "rft.temperature", "must be > 0")
-        _require(0.0 < self.top_p <= 1.0, "rft.top_p", "must be in (0, 1]")
         _require(self.batch_size >= 1, "rft.batch_size", "must be >= 1")
-        _check_truncation("rft", self.top_k, self.min_p)
+        self.sampling(max_new_tokens=1, stop=())  # its own fields; rollout's are checked there
+
+    def sampling(self, max_new_tokens: int, stop: list[str]) -> Sampling:
+        """How rejection sampling draws, up to rollout.max_new_tokens and ending at rollout.stop as RL's rollouts do."""
+        return _sampling("rft", {"max_new_tokens": "rollout", "stop": "rollout"}, max_new_tokens=max_new_tokens,
+                         temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, min_p=self.min_p, stop=stop)
 
 
 @dataclass
@@ -498,6 +495,10 @@ class ThinkingConfig:
         _require(bool(self.open) and bool(self.close), "thinking.open", "and thinking.close must not be empty")
         _require(self.budget >= -1, "thinking.budget", "must be -1 (none) or >= 0")
         _require(self.close in self.forced, "thinking.forced", f"must contain the closing tag {self.close!r}, or the block never closes")
+
+    def budget_forcing(self) -> BudgetForcing | None:
+        """The thinking budget evaluation decodes under, or None (thinking.budget = -1)."""
+        return BudgetForcing(self.open, self.close, self.forced, self.budget) if self.budget >= 0 else None
 
 
 @dataclass
@@ -546,10 +547,8 @@ class EvalConfig:
         _require(self.max_new_tokens > 0, "eval.max_new_tokens", "must be > 0")
         _require(self.max_problems >= 0, "eval.max_problems", "must be >= 0")
         _require(self.samples >= 0, "eval.samples", "must be >= 0")
-        _require(self.temperature > 0, "eval.temperature", "must be > 0")
-        _require(0.0 < self.top_p <= 1.0, "eval.top_p", "must be in (0, 1]")
         _require(self.bootstrap_rounds >= 1, "eval.bootstrap_rounds", "must be >= 1")
-        _check_truncation("eval", self.top_k, self.min_p)
+        self.sampling(stop=(), thinking=None)  # its own fields; rollout.stop and thinking.* are checked there
         _require(self.every >= 0, "eval.every", "must be >= 0")
         for i, k in enumerate(self.k):
             _require(k >= 1, f"eval.k[{i}]", f"must be >= 1, got {k}")
@@ -558,12 +557,17 @@ class EvalConfig:
                 f"= {k} but eval.samples = {self.samples}: pass@k and maj@k need at least k samples per problem (raise eval.samples or drop k)",
             )
 
+    def sampling(self, stop: list[str], thinking: ThinkingConfig | None) -> Sampling:
+        """How the eval.samples completions are drawn (the greedy one: `.as_greedy()`), ending at rollout.stop
+        as RL's rollouts do, under thinking.budget when one is set."""
+        return _sampling("eval", {"stop": "rollout"}, max_new_tokens=self.max_new_tokens, temperature=self.temperature,
+                         top_p=self.top_p, top_k=self.top_k, min_p=self.min_p, stop=stop,
+                         budget=thinking.budget_forcing() if thinking is not None else None)
+
     def ks(self) -> list[int]:
         """The k values reported: eval.k, or powers of two up to eval.samples and eval.samples itself."""
         if self.k:
             return sorted(set(self.k))
-        from rlvr.stages.estimators import default_ks
-
         return default_ks(self.samples) if self.samples else []
 
 
@@ -571,7 +575,7 @@ class EvalConfig:
 class RewardConfig:
     functions: list[str] = knob(
         ["boxed_math"],
-        "Reward terms: registered verifier names (rlvr.verifiers.VERIFIERS, e.g. boxed_math; or one a module in reward.imports "
+        "Reward terms: registered verifier names (rlvr.verifiers.registry.VERIFIERS, e.g. boxed_math; or one a module in reward.imports "
         "registers) or 'module:function' import paths. Per item f(completion, answer, **fields) -> float | None, or TRL-batched "
         "f(prompts, completions, **columns) -> list[float | None]: told apart by the parameter names (docs/verifiers.md).",
     )
@@ -587,7 +591,7 @@ class RewardConfig:
     )
     imports: list[str] = knob(
         [], "Modules imported before reward.functions are resolved (in every worker too), so verifiers they register with "
-        "@rlvr.verifiers.register can be named, e.g. [\"mypkg.rewards\"]."
+        "@rlvr.verifiers.registry.register can be named, e.g. [\"mypkg.rewards\"]."
     )
     overlong_buffer_frac: float = knob(
         0.0, "DAPO soft overlong punishment over the last frac * max_new_tokens tokens (L_cache / L_max), as its own reward term; 0 = off."
@@ -595,7 +599,8 @@ class RewardConfig:
     overlong_penalty: float = knob(1.0, "Penalty at max_new_tokens for the overlong term (DAPO: 1.0).")
     workers: int = knob(
         0, "Score registered verifiers in this many worker processes, each item under a hard timeout (a hung verifier is killed, "
-        "its sample counted missing); 0 scores in the training process (fine for the bounded built-in math verifier)."
+        "its sample counted missing; their timing is logged as verify/<term>/*); 0 scores in the training process (fine for the "
+        "bounded built-in math verifier)."
     )
     timeout_s: float = knob(
         10.0, "Per-item verification timeout in seconds when reward.workers > 0. A verifier with its own limit waits at least "
@@ -607,7 +612,7 @@ class RewardConfig:
     )
 
     def validate(self) -> None:
-        from rlvr.verifiers import VERIFIERS
+        from rlvr.verifiers.registry import VERIFIERS  # start-up time: the registry imports every built-in verifier
 
         _require(bool(self.functions), "reward.functions", "needs at least one reward function")
         for i, module in enumerate(self.imports):
@@ -722,11 +727,13 @@ class Config:
             f"{[name for name in surrogates if surrogates.trait(name, 'dual_clip', False)]}); set it to 0",
         )
         # Settings that are valid alone but contradict each other: say which and why.
-        gym_sources = [self.data.source] + [str(t.get("source", self.data.source)) for t in self.data.mix]
-        _require(
-            "reasoning_gym" not in gym_sources or "reasoning_gym" in self.reward.functions, "reward.functions",
-            f"= {self.reward.functions} has no reasoning_gym term, but data from reasoning-gym is judged by it; add \"reasoning_gym\"",
-        )
+        tasks = _registry_of("rlvr.tasks:TASKS")
+        for source in dict.fromkeys([self.data.source] + [str(t.get("source", self.data.source)) for t in self.data.mix]):
+            judge = getattr(tasks.get(source), "routes_to", None)  # a mixture entry's unknown source is reported where it is read
+            _require(
+                judge is None or judge in self.reward.functions, "reward.functions",
+                f"= {self.reward.functions} has no {judge} term, but the rows of data.source = {source!r} are judged by it; add \"{judge}\"",
+            )
         _require(
             not (self.data.skip_solved_rate > 0 and self.distributed.mode == "async" and self.distributed.max_staleness > 0),
             "data.skip_solved_rate", "cannot be used with asynchronous rollouts (distributed.mode = 'async', max_staleness > 0): the "
@@ -736,29 +743,12 @@ class Config:
             not (self.distributed.backend == "ray" and self.rollout.seeding == "stream"), "rollout.seeding",
             "= 'stream' cannot be split across Ray rollout workers (one stream would depend on the split); use 'group' or 'auto'",
         )
+        if for_training and self.distributed.backend == "local":
+            _check_ray_only_settings(self.distributed)
         _require(
             not (self.sft.save_model and self.sft.steps == 0), "sft.save_model", "is true but sft.steps = 0: there is no SFT model to save"
         )
-        _require(
-            self.data.source != "code" or any(f.startswith("python_code") for f in self.reward.functions), "reward.functions",
-            "has no python_code term but data.source = 'code' has tests, not answers: use [\"python_code_batched\"]",
-        )
-        _require(
-            self.data.source != "arithmetic" or self.task.max_value < 0 or self.task.max_operand <= self.task.max_value,
-            "task.max_value", f"= {self.task.max_value} is below task.max_operand = {self.task.max_operand}: an operand is a number "
-            "the worked solution writes; raise max_value (or -1 for any integer)",
-        )
-        _require(
-            self.data.source != "word_problems" or self.task.max_value >= 20, "task.max_value",
-            f"= {self.task.max_value} (19 is the arithmetic lab's default): word problems need a bound of at least 20, since they start "
-            "from counts up to max_value / 2 and add up to 20 at a step; the real-model lab uses 99",
-        )
-        for name in ("train_path", "eval_path"):
-            _require(
-                self.data.source not in ("arithmetic", "code", "word_problems") or not getattr(self.data, name),
-                f"data.{name}",
-                f"is set but data.source = {self.data.source!r} would ignore it; set data.source = 'jsonl' or 'hf'",
-            )
+        tasks[self.data.source].check(self)  # what the task needs of the other sections (data.mix's entries default to it)
         _require(
             not (self.checkpoint.auto_resume and not self.run.output_dir),
             "checkpoint.auto_resume",
@@ -777,8 +767,6 @@ class Config:
                 "raise it or lower rollout/eval max_new_tokens",
             )
         if for_training and self.run.trackers:
-            from rlvr.trackers import missing_trackers
-
             missing = missing_trackers(self.run.trackers)
             _require(not missing, "run.trackers", f"names trackers that are not installed: {'; '.join(missing)}")
         trains_full_weights = for_training and (self.sft.steps > 0 or (self.train.steps > 0 and self.model.lora_rank == 0))
@@ -802,14 +790,34 @@ class Config:
 # ----------------------------------------------------------------------------- loading
 
 
-def _check_truncation(section: str, top_k: int, min_p: float) -> None:
-    _require(top_k >= 0, f"{section}.top_k", "must be >= 0")
-    _require(0.0 <= min_p < 1.0, f"{section}.min_p", "must be in [0, 1)")
+def _sampling(section: str, borrowed: dict[str, str], **settings: Any) -> Sampling:
+    """A section's Sampling; a value out of range is a ConfigError naming the key the user wrote
+    (`borrowed`: the fields this section takes from another, e.g. eval's stop strings are rollout.stop)."""
+    try:
+        return Sampling(**settings)
+    except InvalidSampling as err:
+        field = err.field.split("[")[0]
+        raise ConfigError(f"{borrowed.get(field, section)}.{err.field}: {err.why}") from None
 
 
 def _require(ok: bool, name: str, why: str) -> None:
     if not ok:
         raise ConfigError(f"{name}: {why}")
+
+
+def _check_ray_only_settings(dist: DistributedConfig) -> None:
+    """On the local backend one process samples and learns in turn, so the settings that change
+    how or by whom a round is sampled would be ignored; a user who set them expects them to act.
+    Refused when set away from their defaults (the resource settings stay harmless)."""
+    default = DistributedConfig()
+    for name, effect in (("mode", "sampling ahead of the learner"), ("max_staleness", "how stale async samples may be"),
+                         ("rollout_workers", "how many workers sample")):
+        value = getattr(dist, name)
+        _require(
+            value == getattr(default, name), f"distributed.{name}",
+            f"= {value!r} sets {effect}, which only Ray's rollout workers do; the local backend (distributed.backend = 'local') "
+            "would ignore it: set distributed.backend = 'ray', or leave it out",
+        )
 
 
 def _check_choices(obj: Any, prefix: str = "") -> None:
@@ -864,22 +872,20 @@ def _coerce(value: Any, annotation: Any, name: str) -> Any:
     raise ConfigError(f"{name}: unsupported field type {annotation!r}")  # pragma: no cover
 
 
-def _apply(obj: Any, table: dict[str, Any], prefix: str, old: _OldAlgoKeys | None = None) -> None:
+def _apply(obj: Any, table: dict[str, Any], prefix: str) -> None:
     """Write a (nested) TOML table onto a dataclass instance, rejecting unknown keys and values a
-    registry does not know; `old` takes the deprecated spellings it recognises."""
+    registry does not know."""
     hints = typing.get_type_hints(type(obj))
     fields = {f.name: f for f in dataclasses.fields(obj)}
     for key, value in table.items():
         name = f"{prefix}{key}"
-        if old is not None and old.take(obj, name, value):
-            continue
         if key not in fields:
             raise ConfigError(f"{name}: unknown key{_suggest(key, set(fields), prefix)}")
         current = getattr(obj, key)
         if dataclasses.is_dataclass(current):
             if not isinstance(value, dict):
                 raise ConfigError(f"{name}: expected a table of settings, got {value!r}")
-            _apply(current, value, f"{name}.", old)
+            _apply(current, value, f"{name}.")
         else:
             value = _coerce(value, hints[key], name)
             _check_choice(fields[key], value, name)
@@ -891,59 +897,6 @@ def _check_choice(f: dataclasses.Field, value: Any, name: str) -> None:
         names = list(_registry_of(f.metadata["choices"]))
         if value not in names:
             raise ConfigError(f"{name}: {value!r} is not one of {names}")
-
-
-class _OldAlgoKeys:
-    """The old `algo.estimator` and `algo.std_scale = "auto"`, read as they always were.
-
-    `estimator` (the names in `advantage.ESTIMATORS`) named a baseline, and through
-    `std_scale = "auto"` (the old default) a std scaling. Each estimator sets algo.baseline where
-    it stands among the layers; std_scale becomes the last explicit value given anywhere (a preset
-    included), else the last estimator's, else what the preset (or the default) sets. So every old
-    config file, saved run config and preset file computes the same advantages as before.
-    """
-
-    ESTIMATORS = "rlvr.algorithms.advantage:ESTIMATORS"
-
-    def __init__(self) -> None:
-        self.where = ""
-        self.estimator: str | None = None
-        self.std_scale: str | None = None  # the last std_scale given in any layer, "auto" included
-        self.notes: list[str] = []
-
-    def take(self, obj: Any, name: str, value: Any) -> bool:
-        """Handle `name = value` if it is an old spelling (True), else leave it to _apply (False)."""
-        if name == "algo.std_scale":
-            self.std_scale = value
-            if value == "auto":
-                scales = list(_registry_of("rlvr.algorithms.advantage:STD_SCALES"))
-                self.notes.append(f"{self.where}algo.std_scale = 'auto' is deprecated: give one of {scales}")
-                return True
-            return False
-        if name != "algo.estimator":
-            return False
-        estimators = _registry_of(self.ESTIMATORS)
-        if value not in estimators:
-            raise ConfigError(f"{name}: {value!r} is not one of {list(estimators)} (deprecated: use algo.baseline and algo.std_scale)")
-        baseline, std_scale = estimators[value]
-        obj.baseline, self.estimator = baseline, value
-        self.notes.append(
-            f"{self.where}algo.estimator = {value!r} is deprecated: it means algo.baseline = {baseline!r} with "
-            f"algo.std_scale = {std_scale!r} unless std_scale is given; write those instead"
-        )
-        return True
-
-    def resolve(self, algo: AlgoConfig, preset_std_scale: str) -> None:
-        if self.std_scale in (None, "auto"):
-            if self.estimator is not None:
-                algo.std_scale = _registry_of(self.ESTIMATORS)[self.estimator][1]
-            elif self.std_scale == "auto":
-                algo.std_scale = preset_std_scale
-        if self.notes:
-            warnings.warn(
-                "; ".join(self.notes) + f" (this run: algo.baseline = {algo.baseline!r}, algo.std_scale = {algo.std_scale!r})",
-                ConfigDeprecationWarning, stacklevel=3,
-            )
 
 
 RENAMED = {"reward.verifier": "reward.functions (a list: [\"boxed_math\"])"}
@@ -1025,13 +978,13 @@ def load_config(
     """Defaults <- preset <- TOML file <- `tables` <- dotted overrides, then validate (`Config.validate`).
 
     `tables` are more layers of nested settings, each with where it came from for error messages
-    (a recipe's defaults and a stage's settings). A preset (`algo.preset`, in any layer; the last
-    one given wins) is applied under everything else, so any setting, before or after it, refines
-    it. Raises ConfigError naming the field.
+    (a recipe's defaults and a stage's settings, their paths already resolved: `resolve_input_paths`).
+    A preset (`algo.preset`, in any layer; the last one given wins) is applied under everything
+    else, so any setting, before or after it, refines it. Raises ConfigError naming the field.
     """
     layers: list[tuple[str, dict[str, Any]]] = []  # (where it came from, nested table)
-    if path is not None:
-        layers.append((f"{path}: ", read_toml(path, "config file")))
+    if path is not None:  # its relative input paths mean paths next to it (rlvr.config_paths); the overrides' do not
+        layers.append((f"{path}: ", resolve_input_paths(read_toml(path, "config file"), Path(path).parent)))
     layers.extend(tables or [])
     probe = Config()
     for text in overrides or []:
@@ -1044,23 +997,18 @@ def load_config(
         layers.append(("", nested))
 
     cfg = Config()
-    old = _OldAlgoKeys()
     presets = [t["algo"]["preset"] for _, t in layers if isinstance(t.get("algo"), dict) and "preset" in t["algo"]]
     if presets and isinstance(presets[-1], str) and presets[-1]:
         table = _preset_table(presets[-1])
-        old.where = f"preset {presets[-1]!r}: "
         try:
-            _apply(cfg, table, "", old)
+            _apply(cfg, table, "")
         except ConfigError as err:
             raise ConfigError(f"preset {presets[-1]!r}: {err}") from None
-    preset_std_scale = cfg.algo.std_scale
     for where, table in layers:
-        old.where = where
         try:
-            _apply(cfg, table, "", old)
+            _apply(cfg, table, "")
         except ConfigError as err:
             raise ConfigError(f"{where}{err}") from None
-    old.resolve(cfg.algo, preset_std_scale)
     return cfg.validate(for_training)
 
 
@@ -1121,21 +1069,6 @@ def save_config(cfg: Config, path: str | os.PathLike) -> None:
     atomic_write_text(Path(path), to_toml(cfg).lstrip("\n"))
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write to a temp file in the same directory, fsync, rename: a reader never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
     """{dotted name: value} for every leaf field of a config tree."""
     out: dict[str, Any] = {}
@@ -1146,22 +1079,6 @@ def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
         else:
             out[f"{prefix}{f.name}"] = value
     return out
-
-
-# What a resumed run may change without breaking "same result as an uninterrupted run".
-RESUMABLE_CHANGES = ("run.output_dir", "run.threads", "run.device", "run.logits_budget_mib", "run.share_prompts", "run.retain_freed_memory", "run.trackers", "run.project", "run.report", "train.steps", "train.save_model", "train.log_samples_every",
-                     "train.max_nonfinite_steps", "checkpoint.", "eval.", "monitor.", "rft.", "thinking.budget", "reward.workers", "reward.timeout_s", "reward.max_missing_frac")
-
-
-def changes_breaking_resume(saved: Config, new: Config) -> list[str]:
-    """'field: old -> new' for every changed setting a resume cannot honour exactly."""
-    a, b = flatten(saved), flatten(new)
-    changed = [f"{k}: {a[k]!r} -> {b[k]!r}" for k in a if a[k] != b[k] and not k.startswith(RESUMABLE_CHANGES)]
-    if a["eval.before_sft"] != b["eval.before_sft"]:  # the one stage placed before SFT: adding it would redo every stage after it
-        changed.append(f"eval.before_sft: {a['eval.before_sft']!r} -> {b['eval.before_sft']!r} (it runs before SFT, which is already done)")
-    if a["train.steps"] != b["train.steps"] and new.train.lr_schedule != "constant":  # the decay is laid out over train.steps
-        changed.append(f"train.steps: {a['train.steps']} -> {b['train.steps']} (train.lr_schedule = {new.train.lr_schedule!r} decays over it)")
-    return changed
 
 
 def field_help(cls: type = Config, prefix: str = "") -> list[tuple[str, str, str]]:

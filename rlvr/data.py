@@ -166,7 +166,7 @@ def read_answer(text: str, answer_format: str, field_name: str) -> tuple[str, st
         solution = _CALCULATOR.sub("", rationale).strip()
         return final, (solution + "\n" if solution else "") + boxed(final)
     if answer_format == "boxed":
-        from rlvr.verifiers.math.extract import extract_last_boxed
+        from rlvr.verifiers.math.extract import extract_last_boxed  # start-up time: loads the math verifier, for boxed data only
 
         final = extract_last_boxed(text)
         if final is None or not final.strip():
@@ -318,6 +318,6 @@ def hold_out(train: list[Example], cfg: DataConfig, seed: int) -> tuple[list[Exa
         raise DataError(f"{cfg.train_path}: too few examples ({len(train)}) to hold out an eval split")
     held = set(order[:n_eval])
     kept, out = [i for i in range(len(train)) if i not in held], sorted(held)
-    if hasattr(train, "subset"):  # Arrow-backed (data_hf.ArrowExamples): two views of the same file, nothing parsed
+    if hasattr(train, "subset"):  # Arrow-backed (tasks.hf.ArrowExamples): two views of the same file, nothing parsed
         return train.subset(kept), train.subset(out)
     return [train[i] for i in kept], [train[i] for i in out]

@@ -1,30 +1,37 @@
 """The learner: what holds the policy, and the only thing the RL loop touches it through.
 
 The loop (`rlvr/loop.py`) drives any object with the `Learner` verbs: generate completions for
-some examples, score them against the reference, update on them with advantages, hand over its
-state for a checkpoint, and hand out its weights for synchronisation. `LocalLearner` does all of
-it in this process with the policy, the KL reference, the optimizer, the scheduler and the
-sampler's RNG. A distributed backend (rollout workers that sync weights from a training worker)
-is another class with the same verbs; the loop does not change.
+some examples, score them against the reference, update on them with advantages, write and read
+its weights and trainer state for a checkpoint, and lend a policy to evaluate. `LocalLearner`
+does all of it in this process with the policy, the KL reference, the optimizer, the scheduler
+and the sampler's RNG. A distributed backend (rollout workers that sync weights from a training
+worker) is another class with the same verbs; the loop does not change.
+
+The learner owns its weights: nothing outside it reads its policy. Weights go to a checkpoint
+directory (save_policy/load_policy), not through the caller as tensors, so a learner whose
+weights are sharded over processes can write and read its own shards; a policy to evaluate is
+lent for the length of a `with` block, so such a learner can gather one and free it after.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from rlvr.allocator import allocate_adam_state
-from rlvr.checkpoint import fault_point, restore_rng_state, rng_state
-from rlvr.config import Config, RolloutConfig
+from rlvr.checkpoint import fault_point, load_weights, restore_rng_state, rng_state, save_weights
+from rlvr.config import Config
 from rlvr.data import Example, chat_prompts, format_prompt
 from rlvr.models import reference_for
-from rlvr.rollout import Rollouts, decode_completions, encode_prompts, generate
-from rlvr.rollout.controls import encode_stops
+from rlvr.optim import new_adamw
+from rlvr.rollout import Rollouts, Sampler
 from rlvr.update import UpdateSettings, rl_update, sequence_kl_to_reference
 
 
@@ -40,9 +47,8 @@ class Generation:
 
 
 class Learner(Protocol):
-    """The verbs the RL loop needs from whatever holds the policy."""
+    """The verbs the RL loop and the pipeline need from whatever holds the policy."""
 
-    policy: torch.nn.Module  # what a checkpoint saves (safetensors keeps tied weights tied)
     pad_token_id: int  # pads rollouts of several sampling rounds to one batch
     lookahead: int  # generation rounds it may start ahead of the update (asynchronous rollouts); 0 = none
 
@@ -59,18 +65,31 @@ class Learner(Protocol):
         """Optimizer step(s) on the batch; returns the update's metrics."""
         ...
 
-    def state_dict(self) -> dict[str, Any]:
+    def save_policy(self, directory: Path) -> None:
+        """Write the policy's weights into a checkpoint directory being built (checkpoint.save_weights' file)."""
+        ...
+
+    def load_policy(self, directory: Path) -> None:
+        """Load the weights of a complete checkpoint directory. A resume loads them before the trainer state."""
+        ...
+
+    def trainer_state(self) -> dict[str, Any]:
         """Optimizer, scheduler and RNG state: with the policy's weights, an exact resume."""
         ...
 
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+    def load_trainer_state(self, state: dict[str, Any]) -> None: ...
 
-    def weights(self) -> dict[str, torch.Tensor]:
-        """The policy's weights, e.g. to synchronise a rollout worker."""
+    def evaluation_policy(self) -> contextlib.AbstractContextManager[torch.nn.Module]:
+        """The current policy as a model to generate from, for the length of a `with` block; it
+        must not be trained or kept past the block."""
         ...
 
     def step_metrics(self) -> dict[str, float]:
         """Metrics of its own since the last call (the Ray backend: worker times, staleness, weight sync)."""
+        ...
+
+    def close(self) -> None:
+        """Release what it holds (workers, gradient checkpointing); it runs however the run ends."""
         ...
 
 
@@ -80,39 +99,6 @@ def group_generators(seed: int, round_index: int, prompts: int, device: torch.de
     `prompts` (a rollout worker given a slice of the round)."""
     return [torch.Generator(device=device).manual_seed(random.Random(f"group:{seed}:{round_index}:{g}").getrandbits(63))
             for g in range(first, first + prompts)]
-
-
-FUSED_ADAM_DEVICES = ("cpu", "cuda")
-FUSED_ADAM_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
-
-
-def new_adamw(params, **kwargs: Any) -> torch.optim.AdamW:
-    """torch's AdamW over `params` (tensors or groups), fused where torch has the kernel for every
-    parameter's device and dtype, with its state allocated before the first step (allocate_adam_state).
-
-    Fused: one kernel per parameter instead of about ten elementwise passes over it and its two
-    moments (0.33 -> 0.09 s a step at SmolLM2's 134.5M parameters on 2 cores; TRL's Trainer fuses
-    too). The same update up to float rounding, and the same state (moments, a float step), so a
-    checkpoint from either kind loads into the other. torch's load_state_dict would also take the
-    saved groups' `fused` flag (a checkpoint from before this choice would turn fusing off for
-    the rest of the run): a hook puts this machine's choice back after every load."""
-    params = [dict(item, params=list(item["params"])) if isinstance(item, dict) else item for item in params]
-    tensors = [p for item in params for p in (item["params"] if isinstance(item, dict) else [item])]
-    fused = bool(tensors) and all(p.device.type in FUSED_ADAM_DEVICES and p.dtype in FUSED_ADAM_DTYPES for p in tensors)
-    optimizer = torch.optim.AdamW(params, fused=fused or None, **kwargs)
-
-    def keep_kernel(loaded: torch.optim.Optimizer) -> None:
-        for group in loaded.param_groups:
-            group["fused"] = fused or None
-            if fused:
-                group["foreach"] = None  # torch refuses fused and foreach together
-        if fused:  # the fused kernel reads each step from the parameter's device, as float32
-            for param, state in loaded.state.items():
-                if "step" in state:
-                    state["step"] = state["step"].to(device=param.device, dtype=torch.float32)
-
-    optimizer.register_load_state_dict_post_hook(keep_kernel)
-    return allocate_adam_state(optimizer)
 
 
 def adamw(model: torch.nn.Module, lr: float, betas: tuple[float, float], eps: float, weight_decay: float) -> torch.optim.AdamW:
@@ -140,20 +126,6 @@ def lr_factor(schedule: str, warmup: int, total: int):
     return factor
 
 
-def sample_groups(policy: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, prompts: list[str], rc: RolloutConfig,
-                  stops: list[list[int]], generator: torch.Generator, generators: list[torch.Generator] | None) -> tuple[Rollouts, list[str]]:
-    """G completions of each (formatted) prompt, and their texts: what a local learner and a Ray
-    rollout worker both run."""
-    prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts, next(policy.parameters()).device)  # prefilled once, shared by G samples
-    rollouts = generate(
-        policy, prompt_ids, prompt_mask,
-        max_new_tokens=rc.max_new_tokens, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
-        temperature=rc.temperature, top_p=rc.top_p, generator=generator, group_size=rc.group_size, engine=rc.engine,
-        top_k=rc.top_k, min_p=rc.min_p, stops=stops, generators=generators,
-    )
-    return rollouts, decode_completions(tokenizer, rollouts)
-
-
 class LocalLearner:
     """Policy, reference, optimizer, scheduler and sampler in this process.
 
@@ -176,7 +148,7 @@ class LocalLearner:
         self.generator = torch.Generator(device=self.device).manual_seed(cfg.run.seed)
         self.seed, self.rounds = cfg.run.seed, 0  # rounds: generate calls so far (rollout.seeding = "group" seeds by it)
         self.lookahead = 0
-        self.stops = encode_stops(tokenizer, cfg.rollout.stop)
+        self.sampler = Sampler(policy, tokenizer, cfg.rollout.sampling(), cfg.rollout.engine)
         self.gradient_checkpointing = cfg.model.gradient_checkpointing
         if self.gradient_checkpointing:
             policy.gradient_checkpointing_enable()
@@ -188,9 +160,9 @@ class LocalLearner:
         distinct = [format_prompt(self.tokenizer, e, self.data_cfg) for e in examples]
         generators = group_generators(self.seed, self.rounds, len(examples), self.device) if self.rollout_cfg.seeding == "group" else None
         self.rounds += 1
-        rollouts, texts = sample_groups(self.policy, self.tokenizer, distinct, self.rollout_cfg, self.stops, self.generator, generators)
+        sampled = self.sampler.sample(distinct, G, self.generator, generators)
         per_row = [e for e in examples for _ in range(G)]
-        return Generation([p for p in distinct for _ in range(G)], rollouts, texts, chat_prompts(self.tokenizer, per_row, self.data_cfg))
+        return Generation(sampled.prompts, sampled.rollouts, sampled.texts, chat_prompts(self.tokenizer, per_row, self.data_cfg))
 
     def reference_kl(self, rollouts: Rollouts) -> torch.Tensor:
         if self.reference is None:
@@ -204,18 +176,25 @@ class LocalLearner:
         return rl_update(self.policy, self.optimizer, self.scheduler, rollouts, advantages_B, self.settings,
                          reference=self.reference, include_B=include_B)
 
-    def state_dict(self) -> dict[str, Any]:
+    def save_policy(self, directory: Path) -> None:
+        save_weights(directory, self.policy)
+
+    def load_policy(self, directory: Path) -> None:
+        load_weights(directory, self.policy)
+
+    def trainer_state(self) -> dict[str, Any]:
         return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(), "rng": rng_state(self.generator),
                 "rounds": self.rounds}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_trainer_state(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         restore_rng_state(state["rng"], self.generator)
         self.rounds = state.get("rounds", 0)  # absent in checkpoints from before it was recorded
 
-    def weights(self) -> dict[str, torch.Tensor]:
-        return self.policy.state_dict()
+    @contextlib.contextmanager
+    def evaluation_policy(self) -> Iterator[torch.nn.Module]:
+        yield self.policy  # generate() switches it to eval mode and back
 
     def step_metrics(self) -> dict[str, float]:
         return {}

@@ -20,14 +20,11 @@ a plain Linear (LoRA on lm_head, modules_to_save), are scored through their own 
 
 from __future__ import annotations
 
-import functools
-import inspect
-
 import torch
-from torch.nn import functional as F
 from torch.utils.checkpoint import checkpoint
 from transformers import PreTrainedModel
 
+from rlvr.architecture import LLAMA_FAMILY, base_model, cache_argument, fp32_output_head, logits_in_fp32
 from rlvr.models import AdapterOffReference
 
 DEFAULT_LOGITS_BUDGET_MIB = 256.0
@@ -51,36 +48,6 @@ def chunk_rows(vocab_size: int, budget_mib: float | None = None) -> int:
     budget = (budget_mib if budget_mib is not None else _budget_mib) * 2**20
     return max(1, int(budget // (vocab_size * 4 * _COPIES)))
 
-# Causal LMs whose forward is exactly `lm_head(model(...).last_hidden_state)` over the usual
-# embed / layers / norm / rotary layout: the fp32 head and the static decoding engine rely on it.
-LLAMA_FAMILY = ("llama", "mistral", "qwen2", "qwen3")
-
-
-def base_model(model: PreTrainedModel) -> PreTrainedModel:
-    """The transformers model under a peft wrapper (whose modules carry the adapters)."""
-    return model.get_base_model() if hasattr(model, "get_base_model") else model
-
-
-def fp32_output_head(model: PreTrainedModel) -> torch.nn.Linear | None:
-    """The output projection, when it should be computed in fp32 by hand: autocast is on (it would
-    run the head in bf16), the head's weights are fp32 (no copy needed), and the model is one of
-    the Llama family, whose causal-LM forward is exactly `lm_head(hidden)`. Log-probs then carry
-    fp32 logits, as verl computes them: bf16 logits are rounded to 2^-8 of their size (0.125 at a
-    logit of 30), noise that lands straight in every importance ratio and KL estimate."""
-    base = base_model(model)
-    if not isinstance(base, PreTrainedModel):  # e.g. the LoRA reference wrapper: its own forward decides
-        return None
-    head = base.get_output_embeddings()
-    if base.config.model_type not in LLAMA_FAMILY or type(head) is not torch.nn.Linear or head.weight.dtype != torch.float32:
-        return None
-    return head if torch.is_autocast_enabled(head.weight.device.type) else None
-
-
-def logits_in_fp32(head: torch.nn.Linear, hidden: torch.Tensor) -> torch.Tensor:
-    with torch.autocast(device_type=hidden.device.type, enabled=False):
-        return F.linear(hidden.float(), head.weight, head.bias)
-
-
 def completion_log_softmax(
     model: PreTrainedModel,
     prompt_ids_BP: torch.Tensor,
@@ -95,9 +62,6 @@ def completion_log_softmax(
     tokens were actually drawn from. Only the last T+1 positions are projected to the vocabulary
     (`logits_to_keep`): prompt positions never need logits.
     """
-    if isinstance(model, AdapterOffReference):  # the LoRA reference: the policy's own path, adapters off
-        with model.policy.disable_adapter():
-            return completion_log_softmax(model.policy, prompt_ids_BP, prompt_mask_BP, completion_ids_BT, completion_mask_BT, temperature)
     T = completion_ids_BT.shape[1]
     input_ids = torch.cat([prompt_ids_BP, completion_ids_BT], dim=1)
     attention = torch.cat([prompt_mask_BP, completion_mask_BT], dim=1)
@@ -130,12 +94,6 @@ def _completion_hidden(model: PreTrainedModel, prompt_ids_BP, prompt_mask_BP, co
         hidden = base.model(input_ids=input_ids, attention_mask=attention, position_ids=positions).last_hidden_state[:, -(T + 1):]
     fp32 = fp32_output_head(model)  # under autocast: the logits in fp32 all the same
     return hidden, ((lambda h: logits_in_fp32(fp32, h)) if fp32 is not None else head)
-
-
-@functools.lru_cache(maxsize=None)
-def cache_argument(model_type: type) -> str:
-    """transformers 5.x names the KV cache `cache`; 4.x and many remote models `past_key_values`."""
-    return "cache" if "cache" in inspect.signature(model_type.forward).parameters else "past_key_values"
 
 
 def set_prompt_sharing(enabled: bool) -> None:
@@ -325,8 +283,9 @@ def completion_logprobs(
 
     `score_mask_BT` (a subset of the completion mask) names the positions that are scored when
     they differ from those attended to: SFT writes prompt and target as one right-padded row and
-    scores only the target's positions."""
-    if isinstance(model, AdapterOffReference):  # the LoRA reference: the policy's own path, adapters off
+    scores only the target's positions. `model` may be a LoRA policy's KL reference
+    (`AdapterOffReference`): the policy, scored with its adapters off."""
+    if isinstance(model, AdapterOffReference):
         with model.policy.disable_adapter():
             return completion_logprobs(model.policy, prompt_ids_BP, prompt_mask_BP, completion_ids_BT, completion_mask_BT,
                                        temperature, with_entropy, budget_mib, score_mask_BT)

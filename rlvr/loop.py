@@ -26,15 +26,17 @@ import torch
 
 from rlvr.algorithms import compute_advantages, group_stats, informative_groups
 from rlvr.checkpoint import CheckpointError, fault_point, load_step, save_step, step_name
-from rlvr.config import AlgoConfig, Config, atomic_write_text, to_toml
+from rlvr.config import AlgoConfig, Config, to_toml
+from rlvr.files import atomic_write_text
 from rlvr.data import Example
 from rlvr.errors import RunStopped
 from rlvr.learner import Learner
 from rlvr.metrics import STOP_FILE, JsonlWriter, PhaseBar, read_jsonl_records, rewind_jsonl
 from rlvr.monitor import HackMonitor
-from rlvr.reward import RewardError, RewardTerm, Scores, score_completions
+from rlvr.reward import RewardError, RewardTerm, Scores, correctness_term, score_completions
 from rlvr.rollout import Rollouts, completion_id_lists, concat_rollouts
 from rlvr.trackers import Trackers
+from rlvr.verifiers.math import boxed_math
 
 
 class TrainingError(RunStopped):
@@ -203,15 +205,16 @@ def rl_train(
     run_dir: Path,
     bar: PhaseBar,
     resume_from: Path | None = None,
-    evaluate_policy: Callable[[], dict] | None = None,
+    evaluate_policy: Callable[[torch.nn.Module], dict] | None = None,
     trackers: Trackers | None = None,
     on_progress: Callable[[int], None] | None = None,
 ) -> list[dict]:
     """Train the learner's policy for cfg.train.steps under any preset; returns the per-step
     metric records. With `resume_from` (a complete step checkpoint) weights, optimizer,
     scheduler, prompt stream and every RNG continue from it, so the remaining steps are those of
-    an uninterrupted run. `evaluate_policy` (held-out figures of the current policy, drawing on no
-    training RNG) runs every cfg.eval.every steps after the update; its figures join that step's line.
+    an uninterrupted run. `evaluate_policy(policy)` (held-out figures of the policy the learner
+    lends, drawing on no training RNG) runs every cfg.eval.every steps after the update; its
+    figures join that step's line.
     `trackers` (run.trackers) get every line and the sampled completions as they are written.
     `on_progress(step)` runs every cfg.run.report_every steps (the pipeline redraws report.html).
     A run that stops itself (the hack monitor, a NaN streak) leaves stopped.json saying why."""
@@ -220,12 +223,12 @@ def rl_train(
     stream = PromptStream(examples, cfg.run.seed, dc.skip_solved_rate, dc.solved_keep_prob, dc.skip_never_solved)
     checkpoints = run_dir / "checkpoints"
     mc = cfg.monitor
-    judge = next((t for t in reward_terms if t.correctness), reward_terms[0] if reward_terms else None)
-    monitor = HackMonitor(mc.compare_strict and judge is not None and judge.name != "boxed_math", mc.stop_on_hack, mc.patience, mc.min_gap, mc.window)
+    judge = correctness_term(reward_terms) if reward_terms else None  # strict math beside boxed_math itself would add nothing
+    monitor = HackMonitor(mc.compare_strict and judge is not None and judge.fn is not boxed_math, mc.stop_on_hack, mc.patience, mc.min_gap, mc.window)
     start, bad_streak = 0, 0
     if resume_from is not None:
-        trainer, state = load_step(resume_from, learner.policy)
-        learner.load_state_dict(trainer)
+        trainer, state = load_step(resume_from, learner.load_policy)
+        learner.load_trainer_state(trainer)
         stream.set_state(trainer["stream"])
         monitor.set_state(trainer.get("monitor", {}))
         start, bad_streak = state["step"], state["bad_streak"]
@@ -237,7 +240,8 @@ def rl_train(
         bar.advance()
 
     def save(step: int) -> None:
-        save_step(checkpoints, step, weights=learner.policy, trainer={**learner.state_dict(), "stream": stream.state(), "monitor": monitor.state()},
+        save_step(checkpoints, step, weights=learner.save_policy,
+                  trainer={**learner.trainer_state(), "stream": stream.state(), "monitor": monitor.state()},
                   loop={"bad_streak": bad_streak}, config_text=to_toml(cfg).lstrip("\n"), keep_last=cfg.checkpoint.keep_last)
 
     with JsonlWriter(run_dir / "metrics.jsonl") as metrics_out, JsonlWriter(run_dir / "samples.jsonl") as samples_out:
@@ -279,7 +283,8 @@ def rl_train(
                 record.update(hack_metrics)
             if evaluate_policy is not None and cfg.eval.every and step % cfg.eval.every == 0:
                 t_eval = time.perf_counter()
-                record.update(evaluate_policy())
+                with learner.evaluation_policy() as policy:
+                    record.update(evaluate_policy(policy))
                 record["time/eval"] = time.perf_counter() - t_eval
             metrics_out.write(record)
             records.append(record)

@@ -15,6 +15,8 @@ from typing import Any, Iterator
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from rlvr.files import atomic_write_text
+
 
 def _clean(value: Any) -> Any:
     """JSON has no NaN/inf: write them as null so every line stays parseable."""
@@ -77,8 +79,6 @@ def rewind_jsonl(path: str | Path, last_step: int) -> list[dict[str, Any]]:
             raise ValueError(f"{path}:{i + 1}: corrupt line (not the last one, so not a torn write)") from None
         if record.get("step", 0) <= last_step:
             kept.append(record)
-    from rlvr.config import atomic_write_text  # late: config imports nothing from here, keep it that way
-
     atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in kept))
     return kept
 

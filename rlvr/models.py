@@ -14,6 +14,7 @@ encode -> save -> load -> decode round trip.
 from __future__ import annotations
 
 import string
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -171,20 +172,17 @@ def add_lora(model: PreTrainedModel, cfg: ModelConfig) -> PreTrainedModel:
     return get_peft_model(model, lora)
 
 
-class AdapterOffReference(torch.nn.Module):
-    """The KL reference of a LoRA policy: the same module with its adapters switched off for the
-    forward pass. The base weights are frozen, so this *is* the starting model, without a copy."""
+@dataclass(frozen=True)
+class AdapterOffReference:
+    """The KL reference of a LoRA policy: the policy itself, scored with its adapters switched off.
+    The base weights are frozen, so this *is* the starting model, without a copy of its weights.
+    The reference is only ever scored, by `rlvr.logprobs.completion_logprobs`, which switches the
+    adapters off around the policy's own scoring path (the fp32 head and chunking included)."""
 
-    def __init__(self, policy: PreTrainedModel):
-        super().__init__()
-        self.__dict__["policy"] = policy  # not a submodule: its parameters belong to the policy
-
-    def forward(self, *args, **kwargs):
-        with self.policy.disable_adapter():
-            return self.policy(*args, **kwargs)
+    policy: PreTrainedModel
 
 
-def reference_for(policy: PreTrainedModel) -> torch.nn.Module:
+def reference_for(policy: PreTrainedModel) -> PreTrainedModel | AdapterOffReference:
     """What the KL term compares against: adapters off for a LoRA policy, else a frozen copy."""
     if hasattr(policy, "disable_adapter") and hasattr(policy, "peft_config"):
         return AdapterOffReference(policy)

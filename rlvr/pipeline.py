@@ -1,8 +1,10 @@
-"""The recipe: model -> data -> stages: cold-start SFT -> evaluate -> RL -> evaluate -> save.
+"""The recipe of `lab`/`train`, in phases: cold-start SFT -> evaluate -> RL -> evaluate -> save.
 
-The stages are named functions over a `RunContext` (`stages_for` lists them); each one that
-finishes writes a completion checkpoint (`checkpoints/stage-<name>/`), so a resumed run skips
-every stage already done and continues the first one that is not (RL from its step checkpoints).
+A phase is one named step of this one run, a function over a `RunContext` (`phases_for` lists
+them) that runs a stage (rlvr/stages/: SFT, evaluation) or the RL loop (loop.py). Each phase that
+finishes writes a completion checkpoint (`checkpoints/phase-<name>/`), so a resumed run skips
+every phase already done and continues the first one that is not (RL from its step checkpoints).
+(`rlvr recipe` chains whole runs, its [[stage]] tables, each of which runs these phases.)
 
 `rlvr lab` runs it with the built-in defaults (tiny model, arithmetic); `rlvr train CONFIG` runs
 it on the user's model and data. Everything a run produces lands in run.output_dir:
@@ -10,42 +12,32 @@ it on the user's model and data. Everything a run produces lands in run.output_d
     config.toml           the resolved config (rerun with `rlvr train config.toml`)
     metrics.jsonl         one line per RL step
     samples.jsonl         sampled completions with rewards and advantages
-    eval_<stage>.jsonl    every held-out completion with its verdict
+    eval_<name>.jsonl     every held-out completion with its verdict (before_rl, after_rl, ...)
     summary.json          accuracies (overall, per level), behaviour, timings
     reward_curve.png      the reward during RL, with held-out accuracy before/after
     report.html           the run on one page: plots, evaluations, doctor, hack monitor, samples
-                          (at every stage's end and every run.report_every RL steps; `rlvr report`)
-    stopped.json          only when the run stopped (hack monitor, NaN streak: the step; an error: the stage) and why
+                          (at every phase's end and every run.report_every RL steps; `rlvr report`)
+    stopped.json          only when the run stopped (hack monitor, NaN streak: the step; an error: the phase) and why
     model/                the final policy (save_pretrained)
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import hashlib
 import itertools
 import json
-import os
-import random
-import shutil
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
-import torch
 from rich.markup import escape as markup_escape
 from rich.table import Table
 
-from rlvr.allocator import retain_freed_memory
 from rlvr.checkpoint import (
-    RL_START,
     SFT_PREFIX,
-    STAGE_PREFIX,
-    CheckpointError,
+    PHASE_PREFIX,
     complete_step_checkpoints,
     fault_point,
     is_complete,
@@ -57,34 +49,35 @@ from rlvr.checkpoint import (
     restore_rng_state,
     rng_state,
     save_checkpoint,
-    step_name,
+    save_weights,
 )
-from rlvr.config import RESUMABLE_CHANGES, Config, ConfigError, atomic_write_text, changes_breaking_resume, flatten, load_config, save_config, to_toml
-from rlvr.data import Example, Problem, format_prompt, load_jsonl_splits, solution_targets
+from rlvr.config import Config, ConfigError, flatten, load_config, save_config, to_toml
+from rlvr.data import Example, Problem, format_prompt
 from rlvr.distributed import make_learner
-from rlvr.logprobs import set_logits_budget, set_prompt_sharing
-from rlvr.rollout.engines import set_weight_packing
-from rlvr.trackers import Trackers
+from rlvr.files import atomic_write_text
 from rlvr.loop import TrainingError, rl_train
 from rlvr.metrics import STOP_FILE, JsonlWriter, PhaseBar, Reporter, plot_reward_curve, rewind_jsonl
-from rlvr.models import (
-    add_lora,
-    build_char_tokenizer,
-    build_tiny_model,
-    check_model_path,
-    count_parameters,
-    load_model,
-    load_tokenizer,
-    merged,
-    resolve_device,
-    save_pretrained,
+from rlvr.models import add_lora, check_model_path, count_parameters, merged, save_pretrained
+from rlvr.reward import build_reward_terms, close_reward_terms, correctness_term, other_terms
+from rlvr.runtime import (
+    RESUMABLE_CHANGES,
+    apply_run_settings,
+    changes_breaking_resume,
+    check_routes,
+    data_fingerprint,
+    draw_report,
+    evaluation_options,
+    forward_precision,
+    load_teacher,
+    new_run_dir,
+    prepare_model,
+    run_dir_name,
+    seed_everything,
 )
-from rlvr.sources import ModelSource, resolve_model, run_start
 from rlvr.stages.evaluate import EvalResult, evaluate, headline, key_figures, num_batches, percent, write_eval
 from rlvr.stages.sft import SFTProgress, sft_train
-from rlvr.tasks.arithmetic import make_splits, sft_targets as arithmetic_sft_targets
-from rlvr.tasks.code import sft_targets as code_sft_targets
-from rlvr.reward import answer_check, build_reward_terms, close_reward_terms, correctness_term, other_terms, route_of
+from rlvr.tasks import load_splits, task_for
+from rlvr.trackers import Trackers
 
 
 def prepare_run_dir(cfg: Config, command: str, resume: bool) -> tuple[Path, bool]:
@@ -92,10 +85,8 @@ def prepare_run_dir(cfg: Config, command: str, resume: bool) -> tuple[Path, bool
     if not cfg.run.output_dir:
         if resume:
             raise ConfigError("run.output_dir: resuming needs the run directory")
-        cfg.run.output_dir = f"runs/{command}-{datetime.now():%Y%m%d-%H%M%S}"
+        cfg.run.output_dir = run_dir_name(command)
     run_dir = Path(cfg.run.output_dir)
-    if run_dir.exists() and not run_dir.is_dir():
-        raise ConfigError(f"run.output_dir: {run_dir} is a file, not a directory")
     started = (run_dir / "config.toml").exists()
     if resume and not started:
         raise ConfigError(f"run.output_dir: {run_dir} holds no run to resume (no config.toml)")
@@ -104,101 +95,7 @@ def prepare_run_dir(cfg: Config, command: str, resume: bool) -> tuple[Path, bool
             f"run.output_dir: {run_dir} already holds a run; continue it with --resume {run_dir} "
             "(or checkpoint.auto_resume=true), or choose another directory"
         )
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as err:  # a parent that is a file, no permission, a read-only disk
-        raise ConfigError(f"run.output_dir: cannot create {run_dir}: {err.strerror or err}") from None
-    return run_dir, started
-
-
-def check_routes(examples: Iterable[Example], terms: list, route_field: str) -> None:
-    """Every row that names its own reward term (reward.route_field) names one that exists: a row
-    no term may score would have a missing reward every time."""
-    names = {t.name for t in terms}
-    unknown = {}
-    for e in examples:
-        route = route_of(e, route_field)
-        if route is not None and route not in names:
-            unknown.setdefault(route, e.info.get("source") or e.prompt[:40])
-    if unknown:
-        raise ConfigError(f"reward.functions: rows name reward terms in their {route_field!r} field that no term is: "
-                          f"{sorted(unknown)} (e.g. from {list(unknown.values())[0]!r}); the terms are {sorted(names)}")
-
-
-def load_splits(cfg: Config, skipped: list[Problem] | None = None) -> tuple[list[Example], list[Example]]:
-    if cfg.data.mix:
-        from rlvr.data_mix import load_mixture
-
-        return load_mixture(cfg, load_splits, skipped)
-    if cfg.data.source == "arithmetic":
-        return make_splits(cfg.task, cfg.run.seed)
-    if cfg.data.source == "word_problems":
-        from rlvr.tasks.word_problems import make_word_splits
-
-        t = cfg.task
-        return make_word_splits(t.min_ops, t.max_ops, t.max_value, t.num_train, t.num_eval, cfg.run.seed)
-    if cfg.data.source == "code":
-        from rlvr.tasks.code import make_code_splits
-
-        return make_code_splits(cfg.task, cfg.run.seed)
-    # a gold answer the correctness verifier refuses (boxed_math: cannot match it to itself) can never be rewarded
-    if cfg.data.source == "reasoning_gym":
-        from rlvr.tasks.gym import gym_splits
-
-        return gym_splits(cfg.data, cfg.run.seed, cfg.reward.route_field)
-    if cfg.data.source == "hf":
-        from rlvr.data_hf import load_hf_splits
-
-        return load_hf_splits(cfg.data, cfg.run.seed, need_solution=cfg.sft.steps > 0, answer_ok=answer_check(cfg.reward), skipped=skipped)
-    return load_jsonl_splits(cfg.data, cfg.run.seed, need_solution=cfg.sft.steps > 0, answer_ok=answer_check(cfg.reward), skipped=skipped)
-
-
-def prepare_model(cfg: Config, run_dir: Path):
-    """The user's model, or the tiny lab model built, saved and loaded back the standard way."""
-    device = resolve_device(cfg.run.device)
-    path = cfg.model.path
-    if not path:
-        tokenizer = build_char_tokenizer(thinking=cfg.task.format != "plain", code=cfg.data.source == "code")
-        path = str(save_pretrained(build_tiny_model(tokenizer, cfg.model.tiny, cfg.run.seed), tokenizer, run_dir / "init"))
-    tokenizer = load_tokenizer(path, cfg.model.trust_remote_code)
-    if cfg.data.chat_template:  # the template the run trains with is saved with its tokenizer (model/, exports)
-        tokenizer.chat_template = Path(cfg.data.chat_template).read_text(encoding="utf-8")
-    model = load_model(path, cfg.run.dtype, str(device), cfg.model.trust_remote_code)
-    return model, tokenizer
-
-
-def forward_precision(cfg: Config, device: torch.device):
-    """Mixed precision (`run.autocast`): forwards in bf16 under torch.autocast, weights and optimizer
-    state in run.dtype. SFT, evaluation and GRPO all run inside it; their backward calls step out of
-    it (`backward_outside_autocast`), as torch recommends."""
-    if cfg.run.autocast == "none":
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=device.type, dtype=getattr(torch, cfg.run.autocast))
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    torch.manual_seed(seed)
-
-
-def apply_run_settings(cfg: Config) -> None:
-    """What every command that computes applies first: run.threads, the logits budget, prompt sharing, weight
-    packing, the allocator's policy for freed memory and denormal flushing."""
-    if cfg.run.threads:
-        torch.set_num_threads(cfg.run.threads)
-    set_logits_budget(cfg.run.logits_budget_mib)
-    set_prompt_sharing(cfg.run.share_prompts)
-    set_weight_packing(cfg.rollout.pack_weights)
-    retain_freed_memory(cfg.run.retain_freed_memory)
-    configure_cpu_math()
-
-
-def configure_cpu_math() -> None:
-    """Flush denormal floats to zero. Training drives some activations and gradients into the
-    denormal range (below ~1e-38), where x86 float math is ~100x slower: measured here, an SFT
-    step of the lab model took 2.2 s with denormals and 0.11 s without. Values that small are
-    numerically zero for training purposes."""
-    torch.set_flush_denormal(True)
+    return new_run_dir(command, run_dir, setting="run.output_dir"), started
 
 
 def run(cfg: Config, reporter: Reporter, command: str = "train", resume: bool = False) -> dict:
@@ -213,7 +110,7 @@ def run(cfg: Config, reporter: Reporter, command: str = "train", resume: bool = 
 
 @dataclass
 class RunContext:
-    """What the stages share: the config, the model, the data, the run directory, the results."""
+    """What the phases share: the config, the model, the data, the run directory, the results."""
 
     cfg: Config
     reporter: Reporter
@@ -229,7 +126,7 @@ class RunContext:
     resumed_from: Path | None = None
     resuming: bool = False
     trackers: Trackers | None = None  # run.trackers: TensorBoard, W&B, MLflow, trackio
-    stage: str = ""  # the stage running now (what a failure's stopped.json names)
+    phase: str = ""  # the phase running now (what a failure's stopped.json names)
 
     @property
     def checkpoints(self) -> Path:
@@ -244,8 +141,9 @@ class RunContext:
 
 
 @dataclass(frozen=True)
-class Stage:
-    """A named step of the recipe. `changes_weights`: its completion checkpoint carries the model."""
+class Phase:
+    """A named step of one lab/train run (a new one: a function of the RunContext, listed in
+    `phases_for`). `changes_weights`: its completion checkpoint carries the model."""
 
     name: str
     run: Callable[[RunContext], None]
@@ -258,17 +156,17 @@ def first_eval(cfg: Config) -> str:
     return "after_sft" if cfg.sft.steps > 0 else "before_rl"
 
 
-def stages_for(cfg: Config) -> list[Stage]:
+def phases_for(cfg: Config) -> list[Phase]:
     """The recipe as data: SFT (if any) -> evaluate -> RL -> evaluate (if RL trains) -> save."""
     first = first_eval(cfg)
-    plan = [Stage("eval_before_sft", functools.partial(eval_stage, "before_sft"))] if cfg.sft.steps > 0 and cfg.eval.before_sft else []
-    plan += [Stage("sft", sft_stage, changes_weights=True)] if cfg.sft.steps > 0 else []
+    plan = [Phase("eval_before_sft", functools.partial(eval_phase, "before_sft"))] if cfg.sft.steps > 0 and cfg.eval.before_sft else []
+    plan += [Phase("sft", sft_phase, changes_weights=True)] if cfg.sft.steps > 0 else []
     if cfg.eval.before_rl:
-        plan.append(Stage(f"eval_{first}", functools.partial(eval_stage, first)))
-    plan.append(Stage("rl", rl_stage, checkpointed=False))
+        plan.append(Phase(f"eval_{first}", functools.partial(eval_phase, first)))
+    plan.append(Phase("rl", rl_phase, checkpointed=False))
     if cfg.train.steps > 0 and cfg.eval.after_rl:
-        plan.append(Stage("eval_after_rl", functools.partial(eval_stage, "after_rl")))
-    plan.append(Stage("save", save_stage, checkpointed=False))
+        plan.append(Phase("eval_after_rl", functools.partial(eval_phase, "after_rl")))
+    plan.append(Phase("save", save_phase, checkpointed=False))
     return plan
 
 
@@ -305,15 +203,15 @@ def _run(cfg: Config, reporter: Reporter, command: str, resume: bool, reward_ter
     trackers = Trackers(cfg.run.trackers, run_dir, flatten(cfg), cfg.run.project, resuming)
     ctx = RunContext(cfg, reporter, run_dir, model, tokenizer, train, held_out, reward_terms, resuming=resuming, trackers=trackers)
     try:
-        plan = stages_for(cfg)
-        done = _completed_stages(ctx, plan) if resuming else 0
-        for index, stage in enumerate(plan):
+        plan = phases_for(cfg)
+        done = _completed_phases(ctx, plan) if resuming else 0
+        for index, phase in enumerate(plan):
             if index < done:
                 continue
-            ctx.stage = stage.name
-            stage.run(ctx)
-            if stage.checkpointed:
-                _record_completion(ctx, stage)
+            ctx.phase = phase.name
+            phase.run(ctx)
+            if phase.checkpointed:
+                _record_completion(ctx, phase)
                 refresh_report(ctx)
         ctx.seconds["total"] = round(time.perf_counter() - started, 1)
         summary = _write_summary(ctx, skipped)
@@ -321,7 +219,7 @@ def _run(cfg: Config, reporter: Reporter, command: str, resume: bool, reward_ter
         return summary
     except Exception as err:
         if not (run_dir / STOP_FILE).exists():  # the loop writes its own stops; anything else is said here
-            atomic_write_text(run_dir / STOP_FILE, json.dumps({"step": None, "stage": ctx.stage, "by": "error",
+            atomic_write_text(run_dir / STOP_FILE, json.dumps({"step": None, "phase": ctx.phase, "by": "error",
                                                                 "reason": f"{type(err).__name__}: {err}"}, indent=2) + "\n")
         refresh_report(ctx)  # a run that had to stop shows how far it got, and why
         raise
@@ -335,33 +233,15 @@ def refresh_report(ctx: RunContext) -> None:
         draw_report(ctx.run_dir, ctx.reporter)
 
 
-def draw_report(run_dir: Path, reporter: Reporter) -> None:
-    """report.html of a run or recipe directory. A page that fails to draw is a warning on the
-    console: it must never be what ends a training run (the import too is inside the guard)."""
-    try:
-        from rlvr.report import write_report
-
-        write_report([run_dir])
-    except Exception as err:  # noqa: BLE001 - any plotting or reading failure, reported and survived
-        reporter.print(f"[yellow]report.html not redrawn[/] ({type(err).__name__}: {markup_escape(str(err))}); "
-                       f"`rlvr report {markup_escape(str(run_dir))}` retries")
+# ----------------------------------------------------------------------------- the phases
 
 
-# ----------------------------------------------------------------------------- the stages
-
-
-def sft_stage(ctx: RunContext) -> None:
-    """Cold-start SFT on (prompt, target) pairs: the arithmetic task's worked/bare mixture, or the
-    data's own solutions (a user's, or verified traces from `rlvr rft`/`distill`), with the
+def sft_phase(ctx: RunContext) -> None:
+    """Cold-start SFT on (prompt, target) pairs, as the task draws them (`Task.sft_targets`): the built-in
+    tasks' worked/bare mixture, or the data's own solutions (a user's, or verified traces from `rlvr rft`/`distill`), with the
     teacher's token-level term when distill.kl_coef > 0. Resumes from its newest sft-* checkpoint."""
     cfg = ctx.cfg
-    if cfg.data.source in ("arithmetic", "word_problems"):  # the built-in tasks' worked / bare mixture
-        fmt = cfg.task.format if cfg.data.source == "arithmetic" else "plain"
-        targets = arithmetic_sft_targets(ctx.train, cfg.sft.batch_size, cfg.sft.worked_fraction, cfg.run.seed, fmt)
-    elif cfg.data.source == "code":
-        targets = code_sft_targets(ctx.train, cfg.sft.batch_size, cfg.sft.worked_fraction, cfg.run.seed)
-    else:
-        targets = solution_targets(ctx.train, cfg.sft.batch_size, cfg.run.seed)
+    targets = task_for(cfg).sft_targets(cfg, ctx.train)
     pairs = ((format_prompt(ctx.tokenizer, e, cfg.data), target) for e, target in targets)
     resume = None
     latest = complete_step_checkpoints(ctx.checkpoints, SFT_PREFIX)[-1:] if ctx.resuming else []
@@ -377,7 +257,7 @@ def sft_stage(ctx: RunContext) -> None:
     teacher = load_teacher(cfg, ctx.tokenizer, ctx.model) if cfg.distill.kl_coef > 0 else None
 
     def save(progress: SFTProgress) -> None:
-        path = save_checkpoint(ctx.checkpoints, f"{SFT_PREFIX}{progress.step:06d}", policy=ctx.model,
+        path = save_checkpoint(ctx.checkpoints, f"{SFT_PREFIX}{progress.step:06d}", weights=functools.partial(save_weights, policy=ctx.model),
                                trainer={"optimizer": progress.optimizer, "scheduler": progress.scheduler},
                                state={"step": progress.step, "data": data_fingerprint(ctx.train)},
                                config_text=to_toml(cfg).lstrip("\n"))
@@ -391,24 +271,7 @@ def sft_stage(ctx: RunContext) -> None:
         save_pretrained(ctx.model, ctx.tokenizer, ctx.run_dir / "sft")
 
 
-def load_teacher(cfg: Config, tokenizer, student):
-    """The frozen teacher of distillation's token-level term: it must share the student's tokenizer
-    and output width (a KL over the vocabulary compares the same tokens, position by position)."""
-    teacher, teacher_tokenizer = resolve_model(cfg.distill.teacher, "distill.teacher").load(cfg.run.dtype, str(next(student.parameters()).device))
-    fix = "; set distill.kl_coef = 0 to distill by SFT on the teacher's verified traces alone"
-    if teacher_tokenizer.get_vocab() != tokenizer.get_vocab():
-        raise ConfigError(
-            f"distill.kl_coef: the token-level term needs teacher and student to share a tokenizer, but {cfg.distill.teacher}'s "
-            f"vocabulary ({len(teacher_tokenizer)} tokens) differs from the student's ({len(tokenizer)}){fix}"
-        )
-    widths = [m.get_output_embeddings().weight.shape[0] for m in (teacher, student)]
-    if widths[0] != widths[1]:
-        raise ConfigError(f"distill.kl_coef: teacher and student share a tokenizer but their output layers have {widths[0]} and {widths[1]} rows{fix}")
-    teacher.eval().requires_grad_(False)
-    return teacher
-
-
-def eval_stage(name: str, ctx: RunContext) -> None:
+def eval_phase(name: str, ctx: RunContext) -> None:
     """Held-out evaluation (greedy, and pass@k / maj@k from eval.samples samples), written to
     eval_<name>.jsonl (and eval_<name>_samples.jsonl)."""
     cfg, held_out = ctx.cfg, ctx.held_out
@@ -426,12 +289,6 @@ def eval_stage(name: str, ctx: RunContext) -> None:
                        f"shows work {result.shows_work:.0%}  mean length {result.mean_length:.1f}{thinking}{modes}")
 
 
-def evaluation_options(cfg: Config) -> dict:
-    """What `evaluate` takes from the rest of the config: the engine, the seed of its sampling, how
-    completions end (rollout.stop) and the thinking tags and budget."""
-    return {"engine": cfg.rollout.engine, "seed": cfg.run.seed, "stops": cfg.rollout.stop, "thinking": cfg.thinking}
-
-
 def held_out_figures(ctx: RunContext, model) -> dict[str, float | None]:
     """The held-out figures RL logs every eval.every steps (eval/accuracy, eval/pass@k, ...)."""
     cfg = ctx.cfg
@@ -441,7 +298,7 @@ def held_out_figures(ctx: RunContext, model) -> dict[str, float | None]:
             **{f"eval/{name}": value["greedy"] for name, value in result.terms.items()}}
 
 
-def rl_stage(ctx: RunContext) -> None:
+def rl_phase(ctx: RunContext) -> None:
     """RL under the configured preset, through the configured learner (local, or Ray workers); resumes from its own step checkpoints."""
     cfg = ctx.cfg
     if cfg.model.lora_rank:  # after SFT: RL trains adapters on the cold-started weights
@@ -456,7 +313,7 @@ def rl_stage(ctx: RunContext) -> None:
         ctx.reporter.print(f"resuming from {resume_from} (step {at} of {cfg.train.steps})")
     ctx.resumed_from = resume_from
     learner = make_learner(ctx.model, ctx.tokenizer, cfg)
-    evaluate_policy = functools.partial(held_out_figures, ctx, learner.policy) if cfg.eval.every else None
+    evaluate_policy = functools.partial(held_out_figures, ctx) if cfg.eval.every else None
     try:
         with ctx.reporter.phase("rl", cfg.train.steps) as bar:
             ctx.records = ctx.timed("rl", lambda: rl_train(learner, ctx.train, cfg, ctx.reward_terms, ctx.run_dir, bar, resume_from,
@@ -467,7 +324,7 @@ def rl_stage(ctx: RunContext) -> None:
         raise TrainingError(f"RL ended after {len(ctx.records)} of {cfg.train.steps} steps; see {ctx.run_dir / 'metrics.jsonl'}")
 
 
-def save_stage(ctx: RunContext) -> None:
+def save_phase(ctx: RunContext) -> None:
     """The reward plot and the final model (LoRA adapters merged in)."""
     if ctx.records:
         plot_reward_curve(ctx.records, ctx.run_dir / "reward_curve.png", {k: v.accuracy for k, v in ctx.evals.items()})
@@ -475,45 +332,40 @@ def save_stage(ctx: RunContext) -> None:
         save_pretrained(merged(ctx.model), ctx.tokenizer, ctx.run_dir / "model")
 
 
-# ----------------------------------------------------------------------------- stage completion and resume
+# ----------------------------------------------------------------------------- phase completion and resume
 
 
-def _record_completion(ctx: RunContext, stage: Stage) -> None:
-    """A checkpoint that says `stage` is done: its results so far, the RNG state an uninterrupted
-    run has here, and the weights when the stage changed them."""
+def _record_completion(ctx: RunContext, phase: Phase) -> None:
+    """A checkpoint that says `phase` is done: its results so far, the RNG state an uninterrupted
+    run has here, and the weights when the phase changed them."""
     save_checkpoint(
-        ctx.checkpoints, STAGE_PREFIX + stage.name, policy=ctx.model if stage.changes_weights else None,
+        ctx.checkpoints, PHASE_PREFIX + phase.name, weights=functools.partial(save_weights, policy=ctx.model) if phase.changes_weights else None,
         trainer={"rng": rng_state(None)},
-        state={"stage": stage.name, "evals": {k: v.summary() for k, v in ctx.evals.items()}, "seconds": dict(ctx.seconds),
+        state={"phase": phase.name, "evals": {k: v.summary() for k, v in ctx.evals.items()}, "seconds": dict(ctx.seconds),
                "data": data_fingerprint(ctx.train)},
         config_text=to_toml(ctx.cfg).lstrip("\n"),
     )
-    if stage.name == "sft":  # SFT's own progress checkpoints are superseded by the stage's
+    if phase.name == "sft":  # SFT's own progress checkpoints are superseded by the phase's
         remove_checkpoints(ctx.checkpoints, SFT_PREFIX)
 
 
-def _completed_stages(ctx: RunContext, plan: list[Stage]) -> int:
-    """How many leading stages of `plan` a resumed run can skip; restores their results, weights
-    and the RNG state at the end of the last one. A run written before stage checkpoints existed
-    has `rl-start` (SFT and the first evaluation done) instead."""
-    checkpoints = [ctx.checkpoints / (STAGE_PREFIX + s.name) if s.checkpointed else None for s in plan]
+def _completed_phases(ctx: RunContext, plan: list[Phase]) -> int:
+    """How many leading phases of `plan` a resumed run can skip; restores their results, weights
+    and the RNG state at the end of the last one."""
+    checkpoints = [ctx.checkpoints / (PHASE_PREFIX + s.name) if s.checkpointed else None for s in plan]
     done = 0
     while done < len(plan) and checkpoints[done] is not None and is_complete(checkpoints[done]):
         done += 1
-    legacy = ctx.checkpoints / RL_START
-    if done == 0 and is_complete(legacy):
-        done = next(i for i, s in enumerate(plan) if s.name == "rl")
-        checkpoints[:done] = [legacy] * done
     if done == 0:
         return 0
     last = checkpoints[done - 1]
     state = read_state(last)
-    if state.get("data") not in (None, data_fingerprint(ctx.train)):
+    if state["data"] != data_fingerprint(ctx.train):
         raise ConfigError(f"data.train_path: the training problems changed since {ctx.run_dir} started; a resume would draw different prompts")
     ctx.evals.update({k: EvalResult(**v) for k, v in state["evals"].items()})
     ctx.seconds.update(state["seconds"])
-    with_weights = [c for c, s in zip(checkpoints[:done], plan) if s.changes_weights or c == legacy]
-    if with_weights and (with_weights[-1] / "model.safetensors").exists():
+    with_weights = [c for c, s in zip(checkpoints[:done], plan) if s.changes_weights]
+    if with_weights:
         load_weights(with_weights[-1], ctx.model)
     restore_rng_state(load_trainer(last)["rng"], None)  # as an uninterrupted run would go on from here
     return done
@@ -537,57 +389,13 @@ def _write_summary(ctx: RunContext, skipped: list[Problem]) -> dict:
     return summary
 
 
-def data_fingerprint(examples: list[Example]) -> str:
-    """A hash of the training problems in order: a resume must see the same ones."""
-    digest = hashlib.sha256()
-    for e in examples:
-        digest.update(json.dumps([e.prompt, e.answer, e.solution]).encode())
-    return digest.hexdigest()[:16]
-
-
-def export_checkpoint(run_dir: Path, out_dir: Path, step: int | None = None) -> Path:
-    """Write the policy of a run's checkpoint (the newest complete one, or `step`) as a Hugging
-    Face model + tokenizer directory that `AutoModelForCausalLM.from_pretrained` loads."""
-    run_dir, out_dir = Path(run_dir), Path(out_dir)
-    if not (run_dir / "config.toml").is_file():
-        raise ConfigError(f"{run_dir}: not a run directory (no config.toml)")
-    cfg = load_config(run_dir / "config.toml", for_training=False)  # exporting trains nothing
-    checkpoints = run_dir / "checkpoints"
-    if step is None:
-        source = latest_step_checkpoint(checkpoints)
-        if source is None:
-            raise CheckpointError(f"{checkpoints}: no complete step checkpoint to export")
-    else:
-        source = checkpoints / step_name(step)
-        if not is_complete(source):
-            found = ", ".join(str(read_state(p)["step"]) for p in complete_step_checkpoints(checkpoints)) or "none"
-            raise CheckpointError(f"{source}: no complete checkpoint for step {step} (complete steps: {found})")
-    out, run = out_dir.resolve(), run_dir.resolve()
-    if out == run or run in out.parents or out in run.parents:
-        raise ConfigError(f"{out_dir}: the export must go outside the run directory and must not contain it")
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        earlier_export = out.is_dir() and (out / "config.json").is_file() and not (out / "config.toml").exists() and not (out / "checkpoints").exists()
-        if not earlier_export:
-            raise ConfigError(f"{out_dir} exists and is not an earlier export; give a new or empty directory")
-    # a LoRA run exports its adapters folded into the weights
-    checkpoint = ModelSource(str(source), str(source), run_start(run_dir, cfg), source, cfg.model.lora_rank > 0, run_dir, cfg)
-    model, tokenizer = checkpoint.load(cfg.run.dtype)
-    tmp = out_dir.with_name(f".{out_dir.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    save_pretrained(model, tokenizer, tmp)
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    os.replace(tmp, out_dir)
-    return source
-
-
 def _pct(levels: dict[str, float]) -> str:
     return " ".join(f"L{k}={v:.0%}" for k, v in levels.items())
 
 
 def summary_table(evals: dict[str, EvalResult], seconds: dict[str, float]) -> Table:
     table = Table(title="held-out evaluation (greedy; pass@k and maj@k from eval.samples; all figures in summary.json)")
-    table.add_column("stage")
+    table.add_column("evaluation")
     table.add_column("accuracy", justify="right")
     levels = sorted({k for e in evals.values() for k in e.by_level})
     for level in levels:
@@ -597,9 +405,9 @@ def summary_table(evals: dict[str, EvalResult], seconds: dict[str, float]) -> Ta
         table.add_column(name, justify="right")
     table.add_column("shows work", justify="right")
     table.add_column("mean length", justify="right")
-    for stage, e in evals.items():
+    for label, e in evals.items():
         table.add_row(
-            stage, f"{e.accuracy:.1%}", *[f"{e.by_level.get(level, float('nan')):.1%}" for level in levels],
+            label, f"{e.accuracy:.1%}", *[f"{e.by_level.get(level, float('nan')):.1%}" for level in levels],
             *[percent(e.sampled.get(name)) for name in sampled], f"{e.shows_work:.0%}", f"{e.mean_length:.1f}",
         )
         for mode, m in e.by_mode.items():  # a fused model: its prompts of each mode (per-level columns are of both)

@@ -31,7 +31,7 @@ from rlvr.config import ConfigError, RewardConfig
 from rlvr.data import Example
 from rlvr.errors import RunStopped
 from rlvr.verifiers.contract import Item, Reward, batch_columns, chat_completions, example_fields, resolve_reward, reward_from_callable
-from rlvr.verifiers.pool import VerifierPool
+from rlvr.verifiers.pool import PoolTiming, VerifierPool
 
 
 RESERVED_NAMES = {"overlong", "mean", "std", "missing", "frac_groups_all_equal", "kl_sequence"}
@@ -48,6 +48,7 @@ class TermScores:
     first_error: str | None = None
     timeouts: int = 0
     failed: set[int] = field(default_factory=set)  # rows where the term raised, returned junk or timed out
+    pool: PoolTiming | None = None  # the worker pool's timing when one scored the term (reward.workers > 0)
 
     @staticmethod
     def of_rows(values: list[float | None], errors: list[str | None]) -> "TermScores":
@@ -91,7 +92,7 @@ class RewardTerm:
             def pick(items):
                 return [items[i] for i in mine] if items is not None else None
             part = self._score(pick(prompts), pick(completions), pick(examples), pick(lengths), pick(prompt_messages), pick(completion_ids)) \
-                if mine else TermScores([])
+                if mine else TermScores([], pool=PoolTiming() if self.pool is not None else None)  # pooled: its verify/ keys every step
             return _scatter(part, mine, len(examples))
         return self._score(prompts, completions, examples, lengths, prompt_messages, completion_ids)
 
@@ -116,7 +117,7 @@ class RewardTerm:
                 raise RewardError(f"reward term {self.name!r}: {err}") from None
             failed = {i for i, f in enumerate(result.failed) if f}
             first = result.messages[0] if result.messages else None
-            return TermScores(list(result.scores), result.errors, first, result.timeouts, failed)
+            return TermScores(list(result.scores), result.errors, first, result.timeouts, failed, result.timing())
         assert self.reward is not None
         values, errors = self.reward.score_items(completions, [e.answer for e in examples], [example_fields(e) for e in examples])
         return TermScores.of_rows(values, errors)
@@ -129,12 +130,7 @@ def build_reward_terms(cfg: RewardConfig) -> list[RewardTerm]:
     worker pool: call `close_reward_terms`."""
     weights = cfg.weights or [1.0] * len(cfg.functions)
     rewards = resolve_rewards(cfg)
-    names: list[str] = []
-    for i, reward in enumerate(rewards):
-        name = reward.name
-        if name in names or name in RESERVED_NAMES:  # reward/<name> must not overwrite the step's own reward/ metrics
-            name = f"{name}_{i}"
-        names.append(name)
+    names = metric_names([reward.name for reward in rewards])
     chosen = _correctness_index(cfg, names)
     preflown: set[int] = set()
     for i, reward in enumerate(rewards):
@@ -174,6 +170,28 @@ def _correctness_index(cfg: RewardConfig, names: list[str]) -> int:
         if cfg.correctness in (spec, name):
             return i
     raise ConfigError(f"reward.correctness: {cfg.correctness!r} is neither an entry of reward.functions {cfg.functions} nor a term name {names}")
+
+
+def metric_names(names: list[str]) -> list[str]:
+    """Each term's metrics key (reward/<name>): its reward's name, or name_<i> where an earlier term
+    has that name or the step's own reward/ metrics use it (reward/mean, reward/std, ...).
+
+    >>> metric_names(["boxed_math", "mean", "boxed_math"])
+    ['boxed_math', 'mean_1', 'boxed_math_2']
+    """
+    keys: list[str] = []
+    for i, name in enumerate(names):
+        keys.append(f"{name}_{i}" if name in keys or name in RESERVED_NAMES else name)
+    return keys
+
+
+def correctness_name(cfg: RewardConfig) -> str:
+    """The metrics key of the term that judges correctness, as `build_reward_terms` names it, read
+    from the config alone: nothing is imported, so a report still draws for a run whose reward
+    module is gone. A reward's name is its registered name, or an import path's function name."""
+    names = [spec.partition(":")[2].strip().split(".")[-1] if ":" in spec else spec for spec in cfg.functions]
+    keys = metric_names(names)
+    return keys[_correctness_index(cfg, keys)]
 
 
 def correctness_term(terms: list[RewardTerm]) -> RewardTerm:
@@ -238,7 +256,9 @@ class Scores:
     correct_B: torch.Tensor | None = None  # the correctness term's scores; NaN where it gave none
 
     def metrics(self) -> dict[str, float | int | None]:
-        """reward/<term> (mean over present values), reward/<term>/missing, /errors and /timeouts."""
+        """reward/<term> (mean over present values), reward/<term>/missing, /errors and /timeouts;
+        for a term scored in worker processes (reward.workers > 0) also verify/<term>/seconds,
+        /items_per_s and /slowest_item_s (`PoolTiming`)."""
         out: dict[str, float | int | None] = {}
         for name, t in self.terms.items():
             present = [v for v in t.values if v is not None]
@@ -246,6 +266,9 @@ class Scores:
             out[f"reward/{name}/missing"] = len(t.values) - len(present)
             out[f"reward/{name}/errors"] = t.errors
             out[f"reward/{name}/timeouts"] = t.timeouts
+        for name, t in self.terms.items():  # after every reward/ key: the line reads as before with verify/ appended
+            if t.pool is not None:
+                out.update(t.pool.metrics(f"verify/{name}"))
         return out
 
     @staticmethod
@@ -256,9 +279,11 @@ class Scores:
         for name in parts[0].terms:
             ts = [p.terms[name] for p in parts]
             offsets = [sum(len(t.values) for t in ts[:k]) for k in range(len(ts))]
+            timings = [t.pool for t in ts if t.pool is not None]
             merged.terms[name] = TermScores(
                 [v for t in ts for v in t.values], sum(t.errors for t in ts), next((t.first_error for t in ts if t.first_error), None),
                 sum(t.timeouts for t in ts), {offset + i for t, offset in zip(ts, offsets) for i in t.failed},
+                sum(timings, PoolTiming()) if timings else None,
             )
         return merged
 
@@ -276,7 +301,7 @@ def _scatter(part: TermScores, rows: list[int], n: int) -> TermScores:
     values: list[float | None] = [None] * n
     for row, value in zip(rows, part.values):
         values[row] = value
-    return TermScores(values, part.errors, part.first_error, part.timeouts, {rows[i] for i in part.failed})
+    return TermScores(values, part.errors, part.first_error, part.timeouts, {rows[i] for i in part.failed}, part.pool)
 
 
 def score_completions(
@@ -311,8 +336,6 @@ def score_completions(
         scores.terms[term.name] = t
         present_B = torch.tensor([v is not None for v in t.values], dtype=torch.bool)
         values_B = torch.tensor([float("nan") if v is None else v for v in t.values])
-        if term.correctness:
-            scores.correct_B = values_B
         if term.weight != 0.0:
             total_B += torch.where(present_B, term.weight * values_B, 0.0)
             scored_B |= present_B

@@ -6,7 +6,7 @@
     org/name               a hub id (left to transformers and its cache)
     runs/a                 a run's final policy: runs/a/model, else its newest complete step checkpoint
     runs/a@start           the model that run started from (its model.path, or the tiny model it built: init/)
-    runs/a@sft             its weights after cold-start SFT (checkpoints/stage-sft)
+    runs/a@sft             its weights after cold-start SFT (checkpoints/phase-sft)
     runs/a@50              its step-50 checkpoint
 
 A run directory is one with a config.toml; its config comes along (held-out split, reward terms,
@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlvr.checkpoint import STAGE_PREFIX, complete_step_checkpoints, is_complete, latest_step_checkpoint, load_weights, step_name
+from rlvr.checkpoint import PHASE_PREFIX, complete_step_checkpoints, is_complete, latest_step_checkpoint, load_weights, step_name
 from rlvr.config import Config, ConfigError, load_config
 from rlvr.models import add_lora, check_model_path, load_model, load_tokenizer, merged
 
@@ -95,7 +95,7 @@ def _from_run(spec: str, run_dir: Path, point: str, what: str) -> ModelSource:
     if point == "start":
         return source(f"start: {start}")
     if point == "sft":
-        stage = checkpoints / f"{STAGE_PREFIX}sft"
+        stage = checkpoints / f"{PHASE_PREFIX}sft"
         if not (is_complete(stage) and (stage / "model.safetensors").is_file()):
             raise ConfigError(f"{what}: {spec}: {run_dir} has no finished cold-start SFT ({stage} is missing or incomplete)")
         return source(f"after SFT: {stage}", stage)
@@ -113,7 +113,7 @@ def _from_run(spec: str, run_dir: Path, point: str, what: str) -> ModelSource:
     latest = latest_step_checkpoint(checkpoints)
     if latest is not None:
         return source(f"newest checkpoint: {latest}", latest, lora=cfg.model.lora_rank > 0)
-    sft = checkpoints / f"{STAGE_PREFIX}sft"
+    sft = checkpoints / f"{PHASE_PREFIX}sft"
     if is_complete(sft) and (sft / "model.safetensors").is_file():
         return source(f"after SFT (no RL step yet): {sft}", sft)
     raise ConfigError(

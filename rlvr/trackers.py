@@ -28,6 +28,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from rlvr.files import atomic_write_text
+
 TRACKERS = {"tensorboard": ("tensorboard", "tensorboard"), "wandb": ("wandb", "wandb"), "mlflow": ("mlflow", "mlflow"),
             "trackio": ("trackio", "trackio")}  # name -> (module to import, pip extra of rlvr)
 
@@ -77,8 +79,6 @@ class Trackers:
         self.sinks = [_OPEN[name](run_dir, config, project, ids, resuming) for name in names]
         self.held = [(sink.held_step() if resuming else None) or 0 for sink in self.sinks]
         if names:
-            from rlvr.config import atomic_write_text
-
             atomic_write_text(ids_path, json.dumps(ids, indent=2) + "\n")
 
     def replay(self, records: list[dict[str, Any]], samples: list[dict[str, Any]]) -> None:

@@ -1,9 +1,50 @@
+import os
+
 import pytest
 import torch
 
-# As the pipeline does (see rlvr.pipeline.configure_cpu_math): denormal floats make CPU training
+# The suite never downloads. huggingface_hub reads this once, when it is imported; the commands that
+# tests/warm_cli.py forks inherit the server's import, so it is set here, before anything imports it.
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+# As every run does (see rlvr.runtime.configure_cpu_math): denormal floats make CPU training
 # math up to ~100x slower and change nothing that matters.
 torch.set_flush_denormal(True)
+
+# The tiers (README, "Tests"). Files that train a model, run the CLI or start processes are
+# `integration`, excluded from `make test-fast`, and so is every test that trains through the
+# tiny_grpo fixture; every other test, a new file's included, is fast unless it carries
+# @pytest.mark.integration itself.
+INTEGRATION_FILES = {
+    "test_audit.py", "test_cli.py", "test_code_datasets.py", "test_code_task.py", "test_console.py", "test_data_sources.py",
+    "test_distributed.py", "test_end_to_end.py", "test_evaluate.py", "test_golden.py", "test_gym.py", "test_import_gguf.py",
+    "test_labs.py", "test_loop.py", "test_lora.py", "test_preset_runs.py", "test_recipe.py", "test_report.py", "test_resume.py",
+    "test_rft.py", "test_thinking.py", "test_trackers.py", "test_verify_pool.py",
+}
+
+# Fixtures that build something several tests read (a trained run, a Ray cluster). Under
+# `make test` (-n 2 --dist loadgroup) every worker would build its own copy of a fixture one of its
+# tests needs; putting the tests that read one in one xdist group builds it once. Most expensive
+# first: a test that reads two joins the group of the first.
+SHARED_FIXTURES = ["cluster", "uninterrupted", "whole", "solvable_run", "toy_run", "reported_run", "think_run"]
+
+
+def pytest_ignore_collect(collection_path, config):
+    """With integration deselected (make test-fast) those files are not even imported: Ray, the
+    trackers and the browser driver cost ~10 s of imports in each process."""
+    if collection_path.name in INTEGRATION_FILES and "not integration" in (config.getoption("markexpr") or ""):
+        return True
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group marks to form the groups
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in INTEGRATION_FILES or "tiny_grpo" in item.fixturenames:
+            item.add_marker(pytest.mark.integration)
+        shared = next((name for name in SHARED_FIXTURES if name in item.fixturenames), None)
+        if shared:
+            item.add_marker(pytest.mark.xdist_group(shared))
 
 
 @pytest.fixture

@@ -10,11 +10,11 @@ from hypothesis import strategies as st
 from rlvr.algorithms import (
     AGGREGATIONS,
     BASELINES,
-    ESTIMATORS,
     KL_ESTIMATORS,
     RATIO_LEVELS,
     STD_SCALES,
     SURROGATES,
+    LossSettings,
     aggregate,
     compute_advantages,
     group_stats,
@@ -150,23 +150,9 @@ def test_vectorised_advantages_match_loop_reference(case, baseline, std_scale):
     assert adv.tolist() == pytest.approx(advantages_loop(rewards, G, baseline, std_scale, 1e-4), rel=1e-5, abs=1e-6)
 
 
-@pytest.mark.parametrize("estimator", sorted(ESTIMATORS))
-@pytest.mark.parametrize("std_scale", [None, "group", "batch", "none"])
-def test_the_deprecated_estimator_argument_is_a_baseline_and_a_default_std_scaling(estimator, std_scale):
-    r = torch.tensor([1.0, 0.0, NAN, 0.5, 0.0, 0.0, 1.0, 1.0])
-    with pytest.warns(DeprecationWarning, match=f"estimator='{estimator}'"):
-        old = compute_advantages(r, 4, estimator, std_scale)
-    # grpo = group_mean + group std, dr_grpo = group_mean + none, rloo = leave_one_out + none; an explicit std_scale wins
-    baseline, default_scale = {"grpo": ("group_mean", "group"), "dr_grpo": ("group_mean", "none"), "rloo": ("leave_one_out", "none")}[estimator]
-    assert torch.equal(old, compute_advantages(r, 4, baseline=baseline, std_scale=std_scale or default_scale))
-    with pytest.raises(ValueError, match="not both"):
-        compute_advantages(r, 4, estimator, baseline=baseline)
-
-
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        ({"estimator": "ppo"}, "estimator"),
         ({"baseline": "median"}, r"baseline must be one of \['group_mean', 'leave_one_out'\]"),
         ({"std_scale": "global"}, "std_scale"),
         ({"group_size": 1}, "group_size"),
@@ -225,7 +211,7 @@ def test_aggregations_hand_worked():
 
 def one_token(logp_minus_old: float, adv: float, **kw):
     logp = torch.tensor([[logp_minus_old]], requires_grad=True)
-    loss, metrics = policy_loss(logp, torch.zeros(1, 1), torch.tensor([adv]), torch.ones(1, 1), **kw)
+    loss, metrics = policy_loss(logp, torch.zeros(1, 1), torch.tensor([adv]), torch.ones(1, 1), LossSettings(**kw))
     loss.backward()
     return loss.item(), float(logp.grad), metrics
 
@@ -271,10 +257,10 @@ def test_truncated_importance_weights_scale_the_surrogate_not_the_kl():
     policy-gradient term; the KL term is untouched."""
     logp = torch.tensor([[math.log(0.25)]], requires_grad=True)
     ref = torch.tensor([[math.log(0.25)]])
-    args = dict(aggregation="token_mean", ref_logp=ref, kl_coef=0.1)
+    settings = LossSettings(aggregation="token_mean", kl_coef=0.1)
     w, _ = truncated_is_weights(logp.detach(), torch.tensor([[math.log(0.5)]]), torch.ones(1, 1), cap=2.0)
     assert float(w) == pytest.approx(0.5)
-    loss, _ = policy_loss(logp, logp.detach(), torch.tensor([2.0]), torch.ones(1, 1), is_weights=w, **args)
+    loss, _ = policy_loss(logp, logp.detach(), torch.tensor([2.0]), torch.ones(1, 1), settings, ref_logp=ref, is_weights=w)
     loss.backward()
     # surrogate -A * ratio = -2 at ratio 1, times 0.5 -> -1; KL at pi = pi_ref is 0 with gradient 0
     assert float(loss) == pytest.approx(-1.0) and float(logp.grad) == pytest.approx(-1.0)
@@ -283,18 +269,18 @@ def test_truncated_importance_weights_scale_the_surrogate_not_the_kl():
 def test_kl_term_adds_beta_times_k3():
     logp = torch.tensor([[math.log(0.5)]])
     ref = torch.tensor([[math.log(0.25)]])
-    loss, metrics = policy_loss(logp, logp, torch.tensor([0.0]), torch.ones(1, 1), ref_logp=ref, kl_coef=0.1)
+    loss, metrics = policy_loss(logp, logp, torch.tensor([0.0]), torch.ones(1, 1), LossSettings(kl_coef=0.1), ref_logp=ref)
     k3 = 0.5 - math.log(0.5) - 1.0
     assert float(loss) == pytest.approx(0.1 * k3)
     assert float(metrics["loss/kl"]) == pytest.approx(k3)
     with pytest.raises(ValueError, match="ref_logp"):
-        policy_loss(logp, logp, torch.tensor([0.0]), torch.ones(1, 1), kl_coef=0.1)
+        policy_loss(logp, logp, torch.tensor([0.0]), torch.ones(1, 1), LossSettings(kl_coef=0.1))
 
 
 def test_sequence_level_ratio_is_exp_of_mean_log_ratio():
     logp = torch.tensor([[0.3, -0.1, 9.0]])
     mask = torch.tensor([[1, 1, 0]])
-    _, metrics = policy_loss(logp, torch.zeros(1, 3), torch.tensor([1.0]), mask, ratio_level="sequence", clip_high=10.0)
+    _, metrics = policy_loss(logp, torch.zeros(1, 3), torch.tensor([1.0]), mask, LossSettings(ratio_level="sequence", clip_high=10.0))
     assert float(metrics["loss/ratio_mean"]) == pytest.approx(math.exp(0.1))
 
 
@@ -319,21 +305,23 @@ def test_entropy_bonus_subtracts_coef_times_entropy():
     logp = torch.tensor([[-1.0, -2.0, 0.0]], requires_grad=True)
     entropy = torch.tensor([[0.5, 1.5, 99.0]], requires_grad=True)
     mask = torch.tensor([[1, 1, 0]])
-    loss, m = policy_loss(logp, logp.detach(), torch.tensor([0.0]), mask, aggregation="token_mean", entropy=entropy, entropy_coef=0.1)
+    loss, m = policy_loss(logp, logp.detach(), torch.tensor([0.0]), mask, LossSettings(aggregation="token_mean", entropy_coef=0.1),
+                          entropy=entropy)
     assert loss.detach().item() == pytest.approx(-0.1 * (0.5 + 1.5) / 2) and float(m["loss/entropy"]) == pytest.approx(1.0)
     loss.backward()
     assert entropy.grad[0].tolist() == pytest.approx([-0.05, -0.05, 0.0])
     with pytest.raises(ValueError, match="entropy"):
-        policy_loss(logp, logp.detach(), torch.tensor([0.0]), mask, entropy_coef=0.1)
+        policy_loss(logp, logp.detach(), torch.tensor([0.0]), mask, LossSettings(entropy_coef=0.1))
 
 
 def test_rows_with_nonfinite_advantage_are_left_out_like_padding():
     logp = torch.tensor([[-1.0, -2.0], [-0.5, -0.7], [-3.0, -1.0]], requires_grad=True)
     mask = torch.tensor([[1, 1], [1, 0], [1, 1]])
     for aggregation in ("token_mean", "seq_mean_token_mean", "constant"):
-        loss, _ = policy_loss(logp.detach(), logp.detach() + 0.1, torch.tensor([1.0, NAN, -2.0]), mask, aggregation=aggregation, max_completion_length=4)
+        settings = LossSettings(aggregation=aggregation, max_completion_length=4)
+        loss, _ = policy_loss(logp.detach(), logp.detach() + 0.1, torch.tensor([1.0, NAN, -2.0]), mask, settings)
         keep = torch.tensor([0, 2])
-        expected, _ = policy_loss(logp[keep], logp.detach()[keep] + 0.1, torch.tensor([1.0, -2.0]), mask[keep], aggregation=aggregation, max_completion_length=4)
+        expected, _ = policy_loss(logp[keep], logp.detach()[keep] + 0.1, torch.tensor([1.0, -2.0]), mask[keep], settings)
         assert torch.isfinite(loss) and loss.item() == pytest.approx(expected.item())
 
 
@@ -358,14 +346,19 @@ def test_overlong_penalty_hand_worked():
 
 def test_policy_loss_rejects_bad_arguments():
     x = torch.zeros(2, 3)
-    with pytest.raises(ValueError, match="ratio_level"):
-        policy_loss(x, x, torch.zeros(2), torch.ones(2, 3), ratio_level="chunk")
     with pytest.raises(ValueError, match="shapes"):
-        policy_loss(x, x, torch.zeros(3), torch.ones(2, 3))
+        policy_loss(x, x, torch.zeros(3), torch.ones(2, 3), LossSettings())
+    # the settings are checked when built, before any tensor is seen
+    with pytest.raises(ValueError, match="ratio_level"):
+        LossSettings(ratio_level="chunk")
     with pytest.raises(ValueError, match=r"surrogate must be one of \['ppo_clip', 'cispo'\], got 'ppo'"):
-        policy_loss(x, x, torch.zeros(2), torch.ones(2, 3), surrogate="ppo")
+        LossSettings(surrogate="ppo")
     with pytest.raises(ValueError, match="surrogate 'cispo' does not support it"):
-        policy_loss(x, x, torch.zeros(2), torch.ones(2, 3), surrogate="cispo", dual_clip=3.0)
+        LossSettings(surrogate="cispo", dual_clip=3.0)
+    with pytest.raises(ValueError, match="aggregation"):
+        LossSettings(aggregation="sum")
+    with pytest.raises(ValueError, match="kl_estimator"):
+        LossSettings(kl_estimator="k4")
 
 
 # ----------------------------------------------------------------------------- surrogates
@@ -374,7 +367,7 @@ def test_policy_loss_rejects_bad_arguments():
 def token(p: float, p_old: float, adv: float, **kw):
     """One token sampled with probability p_old, now p: (loss, d loss / d log p, metrics)."""
     logp = torch.tensor([[math.log(p)]], requires_grad=True)
-    loss, metrics = policy_loss(logp, torch.tensor([[math.log(p_old)]]), torch.tensor([adv]), torch.ones(1, 1), **kw)
+    loss, metrics = policy_loss(logp, torch.tensor([[math.log(p_old)]]), torch.tensor([adv]), torch.ones(1, 1), LossSettings(**kw))
     loss.backward()
     return loss.item(), float(logp.grad), metrics
 
@@ -411,8 +404,8 @@ def test_a_registered_surrogate_is_selectable_by_name(monkeypatch):
     old = torch.log(torch.tensor([[0.4, 0.5], [0.3, 0.9]]))
     ref = torch.log(torch.tensor([[0.6, 0.25], [0.3, 0.9]]))
     mask = torch.tensor([[1, 1], [1, 0]])
-    loss, m = policy_loss(logp, old, torch.tensor([1.0, -2.0]), mask, surrogate="reinforce_is", aggregation="token_mean",
-                          ref_logp=ref, kl_coef=0.1, kl_estimator="k1")
+    settings = LossSettings(surrogate="reinforce_is", aggregation="token_mean", kl_coef=0.1, kl_estimator="k1")
+    loss, m = policy_loss(logp, old, torch.tensor([1.0, -2.0]), mask, settings, ref_logp=ref)
     # tokens: -1.5 * 1, -1 * 1, -1 * -2 = 2 (the padded one out); k1 = log p - log ref: 0, log 2, 0
     assert float(loss) == pytest.approx((-1.5 - 1.0 + 2.0 + 0.1 * math.log(2)) / 3)
     assert float(m["loss/clip_frac"]) == 0.0 and float(m["loss/ratio_max"]) == pytest.approx(1.5)
@@ -486,18 +479,13 @@ def fake_entropy(logp):
     return 0.1 * logp * logp
 
 
-def loss_and_grad(logp, old, adv, mask, aggregation, options=None, **kw):
-    options = dict(options or {})
+def loss_and_grad(logp, old, adv, mask, aggregation, options=None, *, ref_logp=None, normalizer=None):
     logp = logp.clone().requires_grad_(True)
-    if options.get("kl_coef"):
-        options["ref_logp"] = kw.pop("ref_logp", None)
-        if options["ref_logp"] is None:
-            options["ref_logp"] = torch.where(mask.bool(), logp.detach() - 0.3, logp.detach())
-    else:
-        options.pop("kl_coef", None)
-    if options.get("entropy_coef"):
-        options["entropy"] = fake_entropy(logp)
-    loss, _ = policy_loss(logp, old, adv, mask, aggregation=aggregation, max_completion_length=8, clip_high=0.28, **options, **kw)
+    settings = LossSettings(aggregation=aggregation, max_completion_length=8, clip_high=0.28, **(options or {}))
+    if settings.kl_coef and ref_logp is None:
+        ref_logp = torch.where(mask.bool(), logp.detach() - 0.3, logp.detach())
+    entropy = fake_entropy(logp) if settings.entropy_coef else None
+    loss, _ = policy_loss(logp, old, adv, mask, settings, ref_logp=ref_logp, entropy=entropy, normalizer=normalizer)
     loss.backward()
     return loss.detach(), logp.grad
 
@@ -559,8 +547,7 @@ def test_vectorised_loss_matches_loop_reference(batch):
     logp, old, adv, mask, aggregation, options = batch
     ref = logp - 0.3 if options["kl_coef"] else None
     entropy = fake_entropy(logp) if options["entropy_coef"] else None
-    loss, _ = policy_loss(
-        logp, old, adv, mask, aggregation=aggregation, max_completion_length=8, clip_high=0.28, ref_logp=ref, entropy=entropy, **options
-    )
+    settings = LossSettings(aggregation=aggregation, max_completion_length=8, clip_high=0.28, **options)
+    loss, _ = policy_loss(logp, old, adv, mask, settings, ref_logp=ref, entropy=entropy)
     expected = loop_reference(logp, old, adv, mask, 0.2, 0.28, aggregation, 8, ref=ref, entropy=entropy, **options)
     assert float(loss) == pytest.approx(expected, rel=1e-4, abs=1e-5)

@@ -24,7 +24,7 @@ def boxed_math():
     """The verifier is written concurrently; give its import a little time before failing."""
     for attempt in range(10):
         try:
-            from rlvr.verifiers import boxed_math as fn
+            from rlvr.verifiers.math import boxed_math as fn
 
             return fn
         except ImportError:

@@ -67,7 +67,6 @@ def test_boxed_math_has_no_false_positive() -> None:
     assert report.passed, format_report(report)
     assert report.false_positives == []
     assert {"hedged_boxes", "unboxed_answers", "prompt_echoes", "lookalike_digits", "pathological"} <= set(report.categories)
-    assert all(seconds < 0.5 for seconds, _, _ in report.slowest)  # workers import sympy before any probe (warm_up)
 
 
 def test_think_format_has_no_false_positive() -> None:
@@ -146,10 +145,10 @@ def test_a_verifier_registered_by_the_users_module_is_audited_by_name(tmp_path, 
     from typer.testing import CliRunner
 
     from rlvr.cli import app
-    from rlvr.verifiers import VERIFIERS
+    from rlvr.verifiers.registry import VERIFIERS
 
     (tmp_path / "audited_rewards.py").write_text(
-        "from rlvr.verifiers import boxed_math, register\n\n"
+        "from rlvr.verifiers.math import boxed_math\nfrom rlvr.verifiers.registry import register\n\n"
         "@register('strict_math')\ndef strict_math(completion, answer):\n    return boxed_math(completion, answer)\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))

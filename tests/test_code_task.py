@@ -34,7 +34,7 @@ def test_held_out_functions_are_never_trained_on_and_every_level_is_there():
 
 @needs_bwrap
 def test_reference_programs_pass_and_tabulating_or_wrong_ones_fail():
-    from rlvr.verifiers import get_verifier
+    from rlvr.verifiers.registry import get_verifier
 
     train, _ = make_code_splits(TASK, seed=0)
     batched = get_verifier("python_code_batched")

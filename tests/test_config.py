@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import rlvr.config
+import rlvr.config_paths
 from rlvr.config import Config, ConfigError, field_help, flatten, load_config, save_config
 
 
@@ -31,8 +32,9 @@ def test_defaults_validate_and_load_config_without_arguments_gives_defaults():
     assert load_config(overrides=[]) == Config()
 
 
-def test_module_doctest_example_holds():
-    result = doctest.testmod(rlvr.config)
+@pytest.mark.parametrize("module", [rlvr.config, rlvr.config_paths])
+def test_module_doctest_example_holds(module):
+    result = doctest.testmod(module)
     assert result.attempted > 0 and result.failed == 0
 
 
@@ -502,6 +504,18 @@ def test_the_ray_backend_refuses_one_shared_sampling_stream_and_checks_its_field
         load_config(overrides=["distributed.rollout_workers=0"])
 
 
+@pytest.mark.parametrize("override", ["distributed.mode=async", "distributed.max_staleness=0", "distributed.rollout_workers=4"])
+def test_the_local_backend_refuses_the_settings_only_ray_workers_act_on(override):
+    """Before, they were silently ignored (and --dry-run said ok)."""
+    name = override.split("=")[0]
+    with pytest.raises(ConfigError, match=rf"^{name}: .*only Ray's rollout workers do; the local backend"):
+        load_config(overrides=[override])
+    load_config(overrides=[override, "distributed.backend=ray"])
+    load_config(overrides=[override], for_training=False)  # a finished run's config still reads
+    load_config(overrides=["distributed.reward_workers=3", "distributed.cpus_per_worker=2"])  # resources: harmless, left alone
+
+
+@pytest.mark.integration  # a fresh interpreter importing torch and rlvr: ~9 s, out of make test-fast
 def test_the_local_backend_never_imports_ray():
     import subprocess
     import sys
@@ -520,3 +534,43 @@ def test_the_local_backend_never_imports_ray():
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+# ----------------------------------------------------------------------------- relative paths in a file
+
+
+def test_relative_paths_in_a_config_file_mean_paths_next_to_it_from_any_working_directory(tmp_path, monkeypatch):
+    project = tmp_path / "project"
+    (project / "data").mkdir(parents=True)
+    (project / "data" / "train.jsonl").write_text('{"prompt": "1+1=", "answer": "2"}\n')
+    (project / "chat.jinja").write_text("{{ messages }}")
+    (project / "teacher_run").mkdir()
+    path = write(project, '[model]\npath = "Qwen/Qwen2.5-1.5B"\n'  # a hub id: nothing of that name next to the file
+                          '[data]\nsource = "jsonl"\ntrain_path = "data/train.jsonl"\nchat_template = "chat.jinja"\n'
+                          'mix = [{source = "jsonl", train_path = "data/train.jsonl"}]\n'
+                          '[distill]\nteacher = "teacher_run@50"\n[run]\noutput_dir = "runs/x"\n')
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    cfg = load_config(path)
+    assert cfg.data.train_path == str(project / "data" / "train.jsonl")
+    assert cfg.data.mix[0]["train_path"] == str(project / "data" / "train.jsonl")
+    assert cfg.data.chat_template == str(project / "chat.jinja")
+    assert cfg.distill.teacher == f"{project / 'teacher_run'}@50"  # a run point: the run resolved, the point kept
+    assert cfg.model.path == "Qwen/Qwen2.5-1.5B"  # left to the hub client
+    assert cfg.run.output_dir == "runs/x"  # outputs go under the working directory, as the default's do
+    # a relative path to the file itself works too, and the saved config is absolute: it reads back the same anywhere
+    monkeypatch.chdir(tmp_path)
+    assert load_config("project/run.toml") == cfg
+    save_config(cfg, elsewhere / "saved.toml")
+    assert load_config(elsewhere / "saved.toml") == cfg
+
+
+def test_command_line_paths_stay_relative_to_the_working_directory(tmp_path, monkeypatch):
+    (tmp_path / "train.jsonl").write_text('{"prompt": "1+1=", "answer": "2"}\n')
+    path = write(tmp_path, '[data]\nsource = "jsonl"\n')
+    monkeypatch.chdir(tmp_path.parent)
+    cfg = load_config(path, ["data.train_path=train.jsonl"])  # exists next to the file, but the shell means the cwd
+    assert cfg.data.train_path == "train.jsonl"
+    missing = load_config(write(tmp_path, '[data]\nsource = "jsonl"\ntrain_path = "absent.jsonl"\n', "b.toml"))
+    assert missing.data.train_path == "absent.jsonl"  # nothing next to the file: as written (reported missing when read)

@@ -329,7 +329,7 @@ BAD_FILE = [
 
 def boxed_math_answer_ok(answer: str) -> bool:
     from rlvr.data import boxed
-    from rlvr.verifiers import boxed_math
+    from rlvr.verifiers.math import boxed_math
 
     return boxed_math(boxed(answer), answer) == 1.0
 

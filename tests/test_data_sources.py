@@ -41,7 +41,7 @@ def test_math_answers_are_the_last_box_of_the_solution_which_is_kept():
 
 
 def test_a_math_shaped_dataset_loads_with_its_levels(tmp_path):
-    from rlvr.data_hf import read_hf
+    from rlvr.tasks.hf import read_hf
 
     rows = [{"problem": "Find x.", "solution": "So $x = \\boxed{3}$.", "level": "Level 5"}, {"problem": "y?", "solution": "\\boxed{2}", "level": "Level 1"}]
     path = tmp_path / "math.jsonl"
@@ -52,7 +52,7 @@ def test_a_math_shaped_dataset_loads_with_its_levels(tmp_path):
 
 
 def test_a_gsm8k_shaped_parquet_loads_with_answers_and_solutions(tmp_path):
-    from rlvr.data_hf import load_hf_splits
+    from rlvr.tasks.hf import load_hf_splits
 
     train, held = load_hf_splits(hf_cfg(gsm8k_parquet(tmp_path), eval_fraction=0.25), seed=0, need_solution=True)
     assert len(train) + len(held) == len(GSM8K) and len(held) == 6
@@ -62,7 +62,7 @@ def test_a_gsm8k_shaped_parquet_loads_with_answers_and_solutions(tmp_path):
 
 
 def test_bad_dataset_rows_are_all_reported_with_their_row_index(tmp_path):
-    from rlvr.data_hf import read_hf
+    from rlvr.tasks.hf import read_hf
 
     rows = GSM8K[:3] + [{"question": "No marks here", "answer": "just 5"}, {"question": "", "answer": "#### 3"}]
     with pytest.raises(DataError) as err:
@@ -75,7 +75,7 @@ def test_bad_dataset_rows_are_all_reported_with_their_row_index(tmp_path):
 
 
 def test_a_saved_dataset_with_splits_and_max_rows(tmp_path):
-    from rlvr.data_hf import load_hf_splits
+    from rlvr.tasks.hf import load_hf_splits
 
     saved = tmp_path / "saved"
     datasets.DatasetDict({"train": datasets.Dataset.from_list(GSM8K), "test": datasets.Dataset.from_list(GSM8K[:3])}).save_to_disk(str(saved))
@@ -147,39 +147,37 @@ def test_user_shaped_data_trains_without_preprocessing(tmp_path, kind):
 
 
 def test_a_weighted_mixture_of_sources_keeps_its_proportions_and_each_rows_source(tmp_path):
-    from rlvr.data_mix import load_mixture
-    from rlvr.pipeline import load_splits
+    from rlvr.tasks.mix import load_mixture
 
     parquet = gsm8k_parquet(tmp_path)
     mix = ('data.mix=[{source = "arithmetic", weight = 3, name = "arith", verifier = "boxed_math"}, '
            f'{{source = "hf", train_path = {json.dumps(str(parquet))}, prompt_field = "question", answer_format = "gsm8k", weight = 1}}]')
     cfg = load_config(overrides=[mix, "task.num_train=90", "task.num_eval=10", "data.eval_fraction=0.25"])
-    train, held = load_mixture(cfg, load_splits)
+    train, held = load_mixture(cfg)
     sources = [e.info["source"] for e in train]
     hf_name = f"hf:{parquet}"
     assert sources.count("arith") == 81 and sources.count(hf_name) == 27  # 108 rows, 3 : 1
     assert len(set(e.prompt for e in train if e.info["source"] == hf_name)) == 3  # its 18 rows (3 questions), cycled to 27
     assert {e.info["source"] for e in held} == {"arith", hf_name} and len(held) == 10 + 6
     assert all(e.info.get("verifier") == "boxed_math" for e in train if e.info["source"] == "arith")
-    assert load_mixture(cfg, load_splits) == (train, held)  # from the seed
+    assert load_mixture(cfg) == (train, held)  # from the seed
 
 
 def test_a_bad_mixture_entry_names_its_place():
-    from rlvr.data_mix import load_mixture
-    from rlvr.pipeline import load_splits
+    from rlvr.tasks.mix import load_mixture
 
     with pytest.raises(Exception, match=r"data.mix\[1\]: \['promt_field'\] are not data settings"):
-        load_mixture(load_config(overrides=['data.mix=[{source = "arithmetic"}, {source = "arithmetic", promt_field = "q"}]']), load_splits)
+        load_mixture(load_config(overrides=['data.mix=[{source = "arithmetic"}, {source = "arithmetic", promt_field = "q"}]']))
     with pytest.raises(Exception, match=r"data.mix\[0\].weight: must be a number > 0"):
-        load_mixture(load_config(overrides=['data.mix=[{source = "arithmetic", weight = 0}]']), load_splits)
+        load_mixture(load_config(overrides=['data.mix=[{source = "arithmetic", weight = 0}]']))
     with pytest.raises(Exception, match=r"data.mix\[0\]: data.train_path: is required"):
-        load_mixture(load_config(overrides=['data.mix=[{source = "jsonl"}]']), load_splits)
+        load_mixture(load_config(overrides=['data.mix=[{source = "jsonl"}]']))
 
 
 def test_dataset_rows_stay_in_arrow_until_used_and_behave_as_a_list(tmp_path):
     import gc
 
-    from rlvr.data_hf import ArrowExamples, load_hf_splits
+    from rlvr.tasks.hf import ArrowExamples, load_hf_splits
     from rlvr.loop import PromptStream
 
     rows = [{"question": f"What is {i} + {i}?", "answer": f"{i} + {i} = {2 * i}\n#### {2 * i}"} for i in range(3000)]

@@ -17,6 +17,7 @@ from transformers import (
 )
 
 from rlvr.rollout import StaticCacheEngine, TransformersEngine, generate, make_engine, static_engine_unsupported
+from rlvr.sampling import Sampling
 
 VOCAB, PAD = 50, 0
 SHAPE = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
@@ -158,9 +159,9 @@ def test_static_engine_in_bfloat16_stays_close_to_the_full_forward():
 def test_both_engines_sample_the_same_completions(kind):
     model = build(kind)
     ids, mask = prompts()
-    kw = dict(max_new_tokens=10, eos_id=VOCAB - 1, pad_id=PAD, group_size=4, temperature=0.8)
-    a = generate(model, ids, mask, engine="static", generator=torch.Generator().manual_seed(3), **kw)
-    b = generate(model, ids, mask, engine="transformers", generator=torch.Generator().manual_seed(3), **kw)
+    sampling, kw = Sampling(max_new_tokens=10, temperature=0.8), dict(eos_id=VOCAB - 1, pad_id=PAD, group_size=4)
+    a = generate(model, ids, mask, sampling, engine="static", generator=torch.Generator().manual_seed(3), **kw)
+    b = generate(model, ids, mask, sampling, engine="transformers", generator=torch.Generator().manual_seed(3), **kw)
     assert torch.equal(a.completion_ids_BT, b.completion_ids_BT)
     torch.testing.assert_close(a.sample_logp_BT, b.sample_logp_BT, atol=1e-5, rtol=1e-5)
 
@@ -171,7 +172,7 @@ def test_auto_falls_back_and_static_says_why():
     with pytest.raises(ValueError, match="model type 'gpt2'"):
         make_engine(gpt2, "static", 20, 8)
     ids, mask = prompts()
-    out = generate(gpt2, ids, mask, max_new_tokens=5, eos_id=VOCAB - 1, pad_id=PAD, greedy=True)  # auto: still generates
+    out = generate(gpt2, ids, mask, Sampling(max_new_tokens=5, greedy=True), eos_id=VOCAB - 1, pad_id=PAD)  # auto: still generates
     assert out.completion_ids_BT.shape[0] == 3 and out.completion_mask_BT.sum() > 0
 
 
@@ -203,7 +204,7 @@ def test_expanded_kv_heads_attend_exactly_as_grouped_query_attention():
 def test_a_single_new_token(engine):
     model = build("qwen3")
     ids, mask = prompts()
-    out = generate(model, ids, mask, max_new_tokens=1, eos_id=VOCAB - 1, pad_id=PAD, group_size=2, engine=engine,
+    out = generate(model, ids, mask, Sampling(max_new_tokens=1), eos_id=VOCAB - 1, pad_id=PAD, group_size=2, engine=engine,
                    generator=torch.Generator().manual_seed(0))
     assert out.completion_ids_BT.shape == (6, 1) and out.completion_mask_BT.sum() == 6
 
@@ -232,7 +233,8 @@ def test_under_autocast_logits_come_from_an_fp32_head():
        model's own bf16 head is not: at logits around 30 bf16 steps are 1/8;
     2. over several seeds, those log-probs are closer to full fp32 than the bf16 head's.
     """
-    from rlvr.logprobs import base_model, completion_logprobs, logits_in_fp32
+    from rlvr.architecture import base_model, logits_in_fp32
+    from rlvr.logprobs import completion_logprobs
 
     model = build("qwen3")
     with torch.no_grad():

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -21,8 +20,8 @@ from rlvr.reward import RewardTerm
 from rlvr.stages.estimators import maj_at_k, pass_at_k
 from rlvr.stages.evaluate import evaluate
 from rlvr.tasks.arithmetic import make_splits
-from rlvr.verifiers import boxed_math
-from rlvr.verifiers.math import answer_key
+from rlvr.verifiers.math import answer_key, boxed_math
+from warm_cli import run_rlvr
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = [
@@ -65,7 +64,7 @@ def test_answer_key_is_the_vote_boxed_math_would_judge():
 def test_sampled_figures_are_the_estimators_of_the_written_completions(tiny):
     cfg, model, tokenizer, held_out = tiny
     eval_cfg = load_config(overrides=TINY + ["eval.samples=6", "eval.k=[1,2,3,6]"]).eval
-    result = evaluate(model, tokenizer, held_out, cfg.data, eval_cfg, first_digit_term(), bar(), seed=3)
+    result = evaluate(model, tokenizer, held_out, cfg.data, eval_cfg, first_digit_term(), bar(), eval_cfg.sampling((), None), seed=3)
     assert len(result.sampled_rows) == 6 * len(held_out)
     by_problem = defaultdict(list)
     for row in result.sampled_rows:
@@ -99,7 +98,7 @@ def test_maj_at_k_votes_on_the_answers_the_verifier_declares(tiny):
     cfg, model, tokenizer, held_out = tiny
     eval_cfg = load_config(overrides=TINY + ["eval.samples=5"]).eval
     term = RewardTerm("first_character", 1.0, first_character, batched=False, correctness=True)
-    result = evaluate(model, tokenizer, held_out, cfg.data, eval_cfg, term, bar(), seed=0)
+    result = evaluate(model, tokenizer, held_out, cfg.data, eval_cfg, term, bar(), eval_cfg.sampling((), None), seed=0)
     by_problem = defaultdict(list)
     for row in result.sampled_rows:
         by_problem[row["problem"]].append(row)
@@ -119,9 +118,10 @@ def test_maj_at_k_votes_on_the_answers_the_verifier_declares(tiny):
 
 def test_sampling_leaves_greedy_accuracy_and_the_training_rng_alone(tiny):
     cfg, model, tokenizer, held_out = tiny
-    greedy_only = evaluate(model, tokenizer, held_out, cfg.data, cfg.eval, first_digit_term(), bar())
+    greedy_only = evaluate(model, tokenizer, held_out, cfg.data, cfg.eval, first_digit_term(), bar(), cfg.eval.sampling((), None))
     rng = torch.get_rng_state()
-    sampled = evaluate(model, tokenizer, held_out, cfg.data, load_config(overrides=TINY + ["eval.samples=3"]).eval, first_digit_term(), bar())
+    three = load_config(overrides=TINY + ["eval.samples=3"]).eval
+    sampled = evaluate(model, tokenizer, held_out, cfg.data, three, first_digit_term(), bar(), three.sampling((), None))
     assert torch.equal(torch.get_rng_state(), rng)  # eval.every during RL must not move the run's random stream
     assert sampled.samples == greedy_only.samples and sampled.accuracy == greedy_only.accuracy
     assert greedy_only.sampled == {} and greedy_only.sampled_rows == []
@@ -130,7 +130,8 @@ def test_sampling_leaves_greedy_accuracy_and_the_training_rng_alone(tiny):
 def test_the_same_seed_gives_the_same_samples_and_another_seed_others(tiny):
     cfg, model, tokenizer, held_out = tiny
     eval_cfg = load_config(overrides=TINY + ["eval.samples=2"]).eval
-    a, b, c = (evaluate(model, tokenizer, held_out, cfg.data, eval_cfg, first_digit_term(), bar(), seed=s).sampled_rows for s in (5, 5, 6))
+    a, b, c = (evaluate(model, tokenizer, held_out, cfg.data, eval_cfg, first_digit_term(), bar(), eval_cfg.sampling((), None), seed=s).sampled_rows
+               for s in (5, 5, 6))
     assert a == b and a != c
 
 
@@ -164,7 +165,7 @@ def test_eval_every_logs_held_out_figures_on_the_reward_curve_steps(toy_run):
 
 def rlvr(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": "250", "NO_COLOR": "1"}
-    return subprocess.run([sys.executable, "-m", "rlvr.cli", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    return run_rlvr(*args, env=env, cwd=ROOT)
 
 
 def test_rlvr_eval_compares_a_run_with_its_start_on_the_same_problems(toy_run, tmp_path):
@@ -207,7 +208,7 @@ def test_each_sampled_completion_is_judged_against_its_own_problem(solvable_run)
     cfg = source.run_config
     _, held_out = make_splits(cfg.task, cfg.run.seed)
     term = RewardTerm("boxed_math", 1.0, boxed_math, batched=False, correctness=True)
-    result = evaluate(model, tokenizer, held_out, cfg.data, cfg.eval, term, bar(), seed=0)
+    result = evaluate(model, tokenizer, held_out, cfg.data, cfg.eval, term, bar(), cfg.eval.sampling((), None), seed=0)
     prompts = {e.prompt: e.answer for e in held_out}
     assert 0 < sum(r["reward"] for r in result.sampled_rows) < len(result.sampled_rows)
     for r in result.sampled_rows:

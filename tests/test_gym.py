@@ -73,7 +73,7 @@ def test_a_reasoning_gym_mixture_trains_on_the_lab_model(tmp_path):
 
 def test_routes_must_name_a_term_and_held_out_rows_interleave_tasks(splits):
     from rlvr.config import ConfigError
-    from rlvr.pipeline import check_routes
+    from rlvr.runtime import check_routes
 
     _, held = splits
     assert [e.info["task"] for e in held[:3]] == TASKS  # eval.max_problems = 3 sees every task

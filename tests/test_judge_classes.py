@@ -29,14 +29,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlvr.verifiers import _runner
-from rlvr.verifiers.code import run_python_tests
-from rlvr.verifiers.host_modules import HOST_MODULES
-from rlvr.verifiers.judge import HOST_BUILTINS, JudgeError, compile_assert, evaluate, host_names
-from rlvr.verifiers.methods import DATA_ATTRIBUTES, METHODS, MUTATING
-from rlvr.verifiers.results import ReturnedIterator, decode_value, encode_value
-from rlvr.verifiers.sandbox import Limits, run_job
-from rlvr.verifiers.trusted import LANGUAGE_BUILTINS, REFUSED_BUILTINS
+from rlvr.verifiers.code import _runner, run_python_tests
+from rlvr.verifiers.code.host_modules import HOST_MODULES
+from rlvr.verifiers.code.judge import HOST_BUILTINS, JudgeError, compile_assert, evaluate, host_names
+from rlvr.verifiers.code.methods import DATA_ATTRIBUTES, METHODS, MUTATING
+from rlvr.verifiers.code.results import ReturnedIterator, decode_value, encode_value
+from rlvr.verifiers.code.sandbox import Limits, run_job
+from rlvr.verifiers.code.trusted import LANGUAGE_BUILTINS, REFUSED_BUILTINS
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None and not os.environ.get("CI"), reason="bubblewrap missing")
 FAST = Limits(test_s=1.0, total_s=20.0)
@@ -193,7 +192,7 @@ def test_names_put_into_builtins_at_run_time_change_nothing(monkeypatch: pytest.
     monkeypatch.setattr(builtins, "ngettext", translations.ngettext, raising=False)
     import importlib
 
-    from rlvr.verifiers import trusted
+    from rlvr.verifiers.code import trusted
 
     monkeypatch.setattr(builtins, "print", lambda *args: None)  # a library that replaces a built-in
     assert trusted.language_builtins() == LANGUAGE_BUILTINS and {"_", "ngettext"}.isdisjoint(LANGUAGE_BUILTINS)
@@ -201,7 +200,7 @@ def test_names_put_into_builtins_at_run_time_change_nothing(monkeypatch: pytest.
     probes: list = []
     compile_assert(0, "assert ngettext(f(0)) == [1]", names, probes)
     assert probes == ["ngettext(f(0))"]  # the setup's helper, beside the program, as any setup name
-    assert importlib.import_module("rlvr.verifiers.judge").LANGUAGE_BUILTINS is LANGUAGE_BUILTINS
+    assert importlib.import_module("rlvr.verifiers.code.judge").LANGUAGE_BUILTINS is LANGUAGE_BUILTINS
 
 
 @pytest.mark.parametrize("name", sorted(LANGUAGE_BUILTINS - {"True", "False", "None"}))
@@ -328,33 +327,29 @@ HASH_BUILDERS = [
 ]
 
 
-def judged(test: str, values: dict[str, object], deadline_s: float = 5.0) -> tuple[object, float]:
-    """(the verdict on one assert, or the exception its evaluation raised; the CPU seconds it
-    took), its probes' values given by their source (``{"f()": ...}``)."""
+def judged(test: str, values: dict[str, object], deadline_s: float = 5.0) -> object:
+    """The verdict on one assert, or the exception its evaluation raised, its probes' values given
+    by their source (``{"f()": ...}``). How fast a guard fails is bench/time_bounds.py's to measure."""
     names = host_names("")
     probes: list = []
     compiled = compile_assert(0, test, names, probes)
-    start = time.process_time()
     try:
-        outcome: object = evaluate(compiled, names, lambda i: values[probes[i]], deadline=time.monotonic() + deadline_s)
+        return evaluate(compiled, names, lambda i: values[probes[i]], deadline=time.monotonic() + deadline_s)
     except Exception as err:  # JudgeError, or what Python raises (decimal.Overflow): the test fails
-        outcome = err
-    return outcome, time.process_time() - start
+        return err
 
 
 @pytest.mark.parametrize("test", HASH_BUILDERS)
 def test_hash_building_on_returned_colliding_values_fails_fast(test: str) -> None:
-    outcome, cpu_s = judged(test, {"f()": list(COLLIDING), "s()": {1, 2}, "d()": {1: 1}})
-    assert isinstance(outcome, (JudgeError, TypeError)) and cpu_s < 1.0, (test, outcome, cpu_s)
+    outcome = judged(test, {"f()": list(COLLIDING), "s()": {1, 2}, "d()": {1: 1}})
+    assert isinstance(outcome, (JudgeError, TypeError)), (test, outcome)
 
 
 def test_a_forged_colliding_result_line_fails_fast() -> None:
     for tag in ("S", "z", "K"):
         tokens = [tag, 20_000] + [t for k in COLLIDING[:20_000] for t in ("i", format(k, "x"))]
-        start = time.process_time()
         with pytest.raises(JudgeError, match="colliding"):
             decode_value(tokens)
-        assert time.process_time() - start < 1.0
 
 
 # ------------------------------------------------------------------ data across the boundary
@@ -454,9 +449,8 @@ def test_results_the_tests_convert_arrive_as_data() -> None:
     report = run_python_tests(program, {"asserts": tests, "setup": "from decimal import Decimal"}, limits=FAST)
     assert report.score == 1.0, [(t, r.detail) for t, r in zip(tests, report.results) if not r.passed]
     wrong = ["assert len(list(naturals())) > 0", "assert half() ** 10**9 == 0"]
-    start = time.process_time()
     report = run_python_tests(program, {"asserts": wrong}, limits=FAST)
-    assert report.score == 0.0 and time.process_time() - start < 2.0
+    assert report.score == 0.0
     assert "reads past" in report.results[0].detail and "too large" in report.results[1].detail
 
 
@@ -503,8 +497,8 @@ def test_exit_in_an_asserts_program_is_a_load_error_like_sys_exit() -> None:
     "assert q().numerator.to_bytes(10**9, 'big') == 1",
 ])
 def test_converted_and_module_values_stay_bounded(test: str) -> None:
-    outcome, cpu_s = judged(test, {"d()": Decimal("1e9999"), "q()": Fraction(3, 2)})
-    assert outcome is not True and cpu_s < 1.0, (test, outcome, cpu_s)
+    outcome = judged(test, {"d()": Decimal("1e9999"), "q()": Fraction(3, 2)})
+    assert outcome is not True, (test, outcome)
 
 
 # ------------------------------------------------------------------ review R1: setup helpers, exact sums, the clock
@@ -548,7 +542,7 @@ def test_setup_helpers_that_read_program_objects_stay_beside_the_program() -> No
 
 
 def test_which_setup_functions_are_the_hosts() -> None:
-    from rlvr.verifiers.testcode import SetupHelper, assert_names
+    from rlvr.verifiers.code.testcode import SetupHelper, assert_names
 
     names = assert_names(SETUP_HELPERS + "def walks(node):\n    return node.val\ndef calls_program(n):\n    return primes(n)\n"
                          "def uses_walks(n):\n    return walks(n)\ndef twice(x):\n    return x\ntwice = None\n")
@@ -561,10 +555,8 @@ def test_which_setup_functions_are_the_hosts() -> None:
     assert evaluate(compiled, names, lambda i: [7, 2], time.monotonic() + 5) is False
     spin = assert_names("def spin(n):\n    while n > 0:\n        n = n + 1\n    return n\n")
     compiled = compile_assert(0, "assert spin(f()) == 0", spin, [])
-    start = time.process_time()
     with pytest.raises(JudgeError, match="too much work|Timeout"):  # a check's step budget and the assert's deadline
         evaluate(compiled, spin, lambda i: 1, time.monotonic() + 0.5)
-    assert time.process_time() - start < 2.0
     fib = assert_names("def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\n")
     compiled = compile_assert(0, "assert f() == fib(20)", fib, [])  # computing the expected value the long way
     assert evaluate(compiled, fib, lambda i: 6765, time.monotonic() + 20) is True
@@ -582,12 +574,12 @@ DIGITS = [Decimal("1." + "7" * 4000 + "e-9000")] * 20
 ])
 def test_exact_sums_on_returned_fractions_and_decimals_stay_bounded(test: str) -> None:
     # statistics sums exactly: 300 fractions with coprime denominators took 5 s (variance: 39 s)
-    outcome, cpu_s = judged(test, {"f()": FRACTIONS, "g()": DIGITS}, deadline_s=20)
-    assert outcome is not True and cpu_s < 1.0, (test, outcome, cpu_s)
+    outcome = judged(test, {"f()": FRACTIONS, "g()": DIGITS}, deadline_s=20)
+    assert outcome is not True, (test, outcome)
 
 
 def test_a_decimal_arrives_with_at_most_max_decimal_digits_and_honest_exact_data_averages() -> None:
-    from rlvr.verifiers.trusted import MAX_DECIMAL_DIGITS
+    from rlvr.verifiers.code.trusted import MAX_DECIMAL_DIGITS
 
     digits = "1." + "7" * (MAX_DECIMAL_DIGITS - 1)
     assert decode_value(["D", digits]) == Decimal(digits)
@@ -609,10 +601,8 @@ def test_a_quadratic_assert_stops_soon_after_its_deadline(test: str) -> None:
     probes: list = []
     compiled = compile_assert(0, test, names, probes)
     value = list(range(100_000))
-    start = time.monotonic()
-    with pytest.raises(JudgeError, match="Timeout"):
+    with pytest.raises(JudgeError, match="Timeout"):  # how soon after it: bench/time_bounds.py
         evaluate(compiled, names, lambda i: value, deadline=time.monotonic() + 0.2)
-    assert time.monotonic() - start < 0.6
 
 
 CONVERSION_LIARS = {  # a subclass whose conversion to its base type says the expected value, its data another

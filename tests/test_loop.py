@@ -14,6 +14,7 @@ from rlvr.metrics import read_jsonl_records
 from rlvr.models import build_char_tokenizer, build_tiny_model
 from rlvr.reward import RewardError, RewardTerm
 from rlvr.rollout import encode_prompts, generate
+from rlvr.sampling import Sampling
 from rlvr.tasks.arithmetic import make_splits
 from rlvr.update import UpdateSettings, rl_update
 
@@ -149,7 +150,7 @@ def test_excluded_rows_give_the_gradient_of_the_batch_without_them(aggregation, 
     model = build_tiny_model(tokenizer, cfg.model.tiny, seed=0)
     prompts = [p for p in ["1+2=", "3*4-5=", "9-8+7*6="] for _ in range(4)]
     ids, mask = encode_prompts(tokenizer, prompts, torch.device("cpu"))
-    rollouts = generate(model, ids, mask, max_new_tokens=8, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
+    rollouts = generate(model, ids, mask, Sampling(max_new_tokens=8), eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
                         generator=torch.Generator().manual_seed(3))
     adv = torch.linspace(-1.0, 1.0, 12)
     include = torch.tensor([True, False, True, True, False, True, True, True, True, False, True, True])
@@ -261,7 +262,8 @@ def test_adam_state_allocated_up_front_steps_exactly_as_the_lazy_one(weight_deca
 def test_adamw_is_fused_where_torch_can_and_steps_as_the_unfused_one():
     """rlvr's AdamW runs torch's fused kernel on CPU (one pass per parameter instead of ~10): the
     same update as the unfused loop up to float rounding, and the two load each other's state."""
-    from rlvr.learner import adamw, new_adamw
+    from rlvr.learner import adamw
+    from rlvr.optim import new_adamw
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.LayerNorm(7), torch.nn.Linear(7, 3))
@@ -333,3 +335,20 @@ def test_a_decaying_schedule_spans_every_optimizer_step_of_the_run():
     learner = LocalLearner(build_tiny_model(tok, cfg.model.tiny, 0), tok, cfg)
     factor = learner.scheduler.lr_lambdas[0]
     assert factor(10) == pytest.approx(0.5) and factor(20) == 0.0  # 10 RL steps x 2 passes: halfway at optimizer step 10
+
+
+def test_a_term_scored_in_worker_processes_logs_verify_timing_on_the_metrics_line(tmp_path):
+    """reward.workers > 0: verify/<term>/* on every step's line, the rounds of dynamic sampling added
+    up (the untrained model boxes nothing, so every group is all wrong and each step samples its 2
+    rounds of 16 completions: 32 items); a term scored in this process adds no verify/ key."""
+    from rlvr.verifiers.pool import VerifierPool
+
+    cfg, tok, model, train = setup(["algo.dynamic_sampling=true", "algo.max_sampling_rounds=2", "train.steps=2"])
+    with VerifierPool("boxed_math", workers=1, timeout_s=30.0) as pool:
+        terms = [RewardTerm("pooled", 1.0, None, batched=False, pool=pool, correctness=True), *term(parity, "local")]
+        records = loop.rl_train(LocalLearner(model, tok, cfg), train, cfg, terms, tmp_path, Bar())
+    for rec in records:
+        assert rec["sampling/rounds"] == 2
+        assert rec["verify/pooled/items_per_s"] * rec["verify/pooled/seconds"] == pytest.approx(32)
+        assert 0 < rec["verify/pooled/slowest_item_s"] <= rec["verify/pooled/seconds"]
+        assert not any(k.startswith("verify/local") for k in rec)

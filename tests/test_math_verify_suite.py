@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from rlvr.verifiers import boxed_math
+from rlvr.verifiers.math import boxed_math
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data" / "math_verify_cases.jsonl"

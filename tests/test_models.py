@@ -242,6 +242,7 @@ def test_autocast_runs_forwards_in_bf16_and_keeps_fp32_weights_and_gradients(sav
 
     from rlvr.config import AlgoConfig
     from rlvr.rollout import encode_prompts, generate
+    from rlvr.sampling import Sampling
     from rlvr.update import UpdateSettings, rl_update
 
     model, tokenizer = load_model(str(saved[1])), load_tokenizer(str(saved[1]))
@@ -253,7 +254,7 @@ def test_autocast_runs_forwards_in_bf16_and_keeps_fp32_weights_and_gradients(sav
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        rollouts = generate(model, ids, mask, max_new_tokens=6, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
+        rollouts = generate(model, ids, mask, Sampling(max_new_tokens=6), eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
                             group_size=4, generator=torch.Generator().manual_seed(0))
         settings = UpdateSettings.from_algo(AlgoConfig(), temperature=1.0, max_new_tokens=6, micro_batch_size=8, max_grad_norm=1.0)
         metrics = rl_update(model, optimizer, scheduler, rollouts, torch.linspace(-1, 1, 8), settings)

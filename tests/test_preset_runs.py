@@ -9,17 +9,18 @@ any setting the preset changes (or swapping clip_low and clip_high) changes the 
 """
 
 import copy
-import inspect
+import dataclasses
 import json
 import math
 
 import pytest
 import torch
 
-from rlvr.algorithms import compute_advantages, policy_loss
+from rlvr.algorithms import LossSettings, compute_advantages, policy_loss
 from rlvr.config import load_config, preset_names
 from rlvr.models import build_char_tokenizer, build_tiny_model
 from rlvr.rollout import encode_prompts, generate
+from rlvr.sampling import Sampling
 from rlvr.logprobs import completion_logprobs
 from rlvr.update import UpdateSettings, rl_update
 
@@ -37,9 +38,9 @@ CASES = [[f"algo.preset={name}"] for name in preset_names()] + [
 L = 8  # max_new_tokens
 
 
-def loss_settings(algo) -> dict:
+def loss_settings(algo) -> LossSettings:
     """What the update must pass to policy_loss for these settings, spelled out independently."""
-    return dict(
+    return LossSettings(
         surrogate=algo.surrogate, ratio_level=algo.ratio_level, clip_low=algo.clip_low, clip_high=algo.clip_high,
         dual_clip=algo.dual_clip or None, aggregation=algo.aggregation, max_completion_length=L,
         kl_coef=algo.beta if algo.kl_in == "loss" else 0.0, kl_estimator=algo.kl_estimator, entropy_coef=algo.entropy_coef,
@@ -51,7 +52,7 @@ def a_batch(model, tokenizer):
     advantages of both signs, none zero (so every row is forwarded)."""
     prompts = [p for p in ["1+2=", "3*4-5=", "9-8+7*6="] for _ in range(4)]
     ids, mask = encode_prompts(tokenizer, prompts, torch.device("cpu"))
-    rollouts = generate(model, ids, mask, max_new_tokens=L, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
+    rollouts = generate(model, ids, mask, Sampling(max_new_tokens=L), eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
                         generator=torch.Generator().manual_seed(3))
     # An untrained model rarely stops early: cut the completions to ragged lengths (the aggregations differ then).
     keep_BT = torch.arange(L).unsqueeze(0) < torch.tensor([8, 3, 5, 1, 6, 8, 2, 7, 4, 8, 5, 3]).unsqueeze(1)
@@ -77,11 +78,11 @@ def expected_loss(model, reference, rollouts, adv, settings):
     args = (rollouts.prompt_ids_BP, rollouts.prompt_mask_BP, rollouts.completion_ids_BT, rollouts.completion_mask_BT)
     logp, entropy = completion_logprobs(model, *args, with_entropy=True)
     ref = None
-    if settings["kl_coef"]:
+    if settings.kl_coef:
         with torch.no_grad():
             ref = completion_logprobs(reference, *args)
-    loss, metrics = policy_loss(logp, rollouts.sample_logp_BT, adv, rollouts.completion_mask_BT, ref_logp=ref,
-                                entropy=entropy if settings["entropy_coef"] else None, **settings)
+    loss, metrics = policy_loss(logp, rollouts.sample_logp_BT, adv, rollouts.completion_mask_BT, settings, ref_logp=ref,
+                                entropy=entropy if settings.entropy_coef else None)
     loss.backward()
     return loss.detach(), torch.cat([p.grad.flatten() for p in model.parameters()]), metrics
 
@@ -91,17 +92,17 @@ def gap(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).abs().max() / b.abs().max())
 
 
-def mutations(settings: dict, algo) -> dict[str, dict]:
-    """The settings with one setting dropped (back to policy_loss's default; not those the others make
-    inert: L_max outside the constant aggregation, the KL estimator without a KL term), or the clip
-    bounds swapped, or a reward-side KL moved into the loss."""
-    defaults = {k: p.default for k, p in inspect.signature(policy_loss).parameters.items() if p.kind is p.KEYWORD_ONLY}
-    inert = {"max_completion_length": settings["aggregation"] != "constant", "kl_estimator": not settings["kl_coef"]}
-    out = {f"drop {k}": {**settings, k: defaults[k]} for k in settings if settings[k] != defaults[k] and not inert.get(k)}
-    if settings["clip_low"] != settings["clip_high"]:
-        out["swap clips"] = {**settings, "clip_low": settings["clip_high"], "clip_high": settings["clip_low"]}
+def mutations(settings: LossSettings, algo) -> dict[str, dict]:
+    """The changes to the settings that drop one setting (back to LossSettings' default; not those the
+    others make inert: L_max outside the constant aggregation, the KL estimator without a KL term),
+    or swap the clip bounds, or move a reward-side KL into the loss."""
+    values, defaults = dataclasses.asdict(settings), dataclasses.asdict(LossSettings())
+    inert = {"max_completion_length": settings.aggregation != "constant", "kl_estimator": not settings.kl_coef}
+    out = {f"drop {k}": {k: defaults[k]} for k in values if values[k] != defaults[k] and not inert.get(k)}
+    if settings.clip_low != settings.clip_high:
+        out["swap clips"] = {"clip_low": settings.clip_high, "clip_high": settings.clip_low}
     if algo.beta and algo.kl_in == "reward":  # the KL belongs in the reward, not in the loss
-        out["KL in the loss"] = {**settings, "kl_coef": algo.beta}
+        out["KL in the loss"] = {"kl_coef": algo.beta}
     return out
 
 
@@ -119,9 +120,9 @@ def test_the_update_computes_policy_loss_with_the_configured_settings(case):
 
     # This batch tells every setting the case changes apart (else this test could not fail): each
     # change moves the loss or the gradient ten times further than the update is allowed to.
-    for what, changed in mutations(settings, cfg.algo).items():
+    for what, changes in mutations(settings, cfg.algo).items():
         try:
-            other_loss, other_grad, _ = expected_loss(model, reference, rollouts, adv, changed)
+            other_loss, other_grad, _ = expected_loss(model, reference, rollouts, adv, dataclasses.replace(settings, **changes))
         except ValueError:
             continue  # e.g. constant aggregation without max_completion_length: a dropped setting that raises
         assert max(gap(other_loss, loss), gap(other_grad, grad) / 10) > 1e-5, what

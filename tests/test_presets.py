@@ -1,10 +1,8 @@
 """Algorithm presets: each names an exact point in the settings space, and any setting refines it."""
 
-import warnings
-
 import pytest
 
-from rlvr.config import ConfigDeprecationWarning, ConfigError, load_config, preset_names, save_config
+from rlvr.config import ConfigError, load_config, preset_names, save_config
 
 # What each paper specifies (the preset files cite them); a change here must be deliberate.
 EXPECTED = {
@@ -82,50 +80,13 @@ def test_bad_presets_are_rejected_with_the_reason(tmp_path):
         load_config(overrides=[f"algo.preset={nested}"])
 
 
-# ----------------------------------------------------------------------------- the old algo.estimator key
-
-# (overrides, baseline, std_scale): what configs written before algo.baseline existed computed.
-# estimator named a baseline, and through std_scale = "auto" (then the default) a std scaling;
-# an explicit std_scale anywhere, the named presets' included, won over it.
-OLD_SPELLINGS = [
-    (["algo.estimator=grpo"], "group_mean", "group"),
-    (["algo.estimator=dr_grpo"], "group_mean", "none"),
-    (["algo.estimator=rloo"], "leave_one_out", "none"),
-    (["algo.estimator=rloo", "algo.std_scale=group"], "leave_one_out", "group"),
-    (["algo.std_scale=batch", "algo.estimator=dr_grpo"], "group_mean", "batch"),
-    (["algo.estimator=dr_grpo", "algo.std_scale=auto"], "group_mean", "none"),
-    (["algo.std_scale=auto"], "group_mean", "group"),
-    (["algo.preset=grpo", "algo.estimator=dr_grpo"], "group_mean", "group"),  # the preset's std_scale = "group" stands
-    (["algo.preset=dr_grpo", "algo.estimator=rloo"], "leave_one_out", "none"),
-    (["algo.preset=dr_grpo", "algo.std_scale=auto"], "group_mean", "none"),
-    (["algo.preset=gspo", "algo.estimator=rloo", "algo.std_scale=auto"], "leave_one_out", "none"),
-    (["algo.estimator=rloo", "algo.baseline=group_mean"], "group_mean", "none"),  # a later setting refines it, as any
-]
+# ----------------------------------------------------------------------------- the old spellings
 
 
-@pytest.mark.parametrize("overrides, baseline, std_scale", OLD_SPELLINGS)
-def test_the_old_estimator_key_still_computes_what_it_did(overrides, baseline, std_scale):
-    with pytest.warns(ConfigDeprecationWarning, match="deprecated"):
-        algo = load_config(overrides=overrides).algo
-    assert (algo.baseline, algo.std_scale) == (baseline, std_scale)
-
-
-def test_an_old_run_config_loads_with_a_note_naming_the_file_and_the_new_keys(tmp_path):
-    saved = tmp_path / "config.toml"  # as `rlvr lab` wrote it before: every algo field, std_scale "auto"
-    saved.write_text('[algo]\npreset = ""\nestimator = "rloo"\nstd_scale = "auto"\nadv_eps = 0.0001\n')
-    with pytest.warns(ConfigDeprecationWarning) as notes:
-        cfg = load_config(saved)
-    message = str(notes[0].message)
-    assert f"{saved}: algo.estimator = 'rloo' is deprecated" in message
-    assert "algo.baseline = 'leave_one_out'" in message and "algo.std_scale = 'none'" in message
-    # saved again it is written in the new keys and reads back the same, silently
-    save_config(cfg, tmp_path / "again.toml")
-    assert "\nestimator" not in (tmp_path / "again.toml").read_text()
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert load_config(tmp_path / "again.toml") == cfg
-
-
-def test_a_bad_old_estimator_names_the_field_and_the_values():
-    with pytest.raises(ConfigError, match=r"algo.estimator: 'ppo' is not one of \['grpo', 'dr_grpo', 'rloo'\].*algo.baseline"):
-        load_config(overrides=["algo.estimator=ppo"])
+@pytest.mark.parametrize("override, error", [
+    ("algo.estimator=rloo", r"algo.estimator: unknown key"),  # now algo.baseline with algo.std_scale
+    ("algo.std_scale=auto", r"algo.std_scale: 'auto' is not one of"),
+])
+def test_the_old_algo_spellings_are_refused_as_any_unknown_setting(override, error):
+    with pytest.raises(ConfigError, match=error):
+        load_config(overrides=[override])

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from safetensors.torch import load_file
 from rlvr.commands.recipe import load_recipe
 from rlvr.config import ConfigError, load_config
 from rlvr.metrics import read_jsonl_records
+from warm_cli import run_rlvr
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -67,9 +67,10 @@ def write_recipe(tmp_path: Path, stages: str = STAGES, defaults: str = DEFAULTS)
 
 
 def rlvr(*args: str, kill_at: str | None = None) -> subprocess.CompletedProcess:
+    """`rlvr *args` in a process of its own (forked warm: tests/warm_cli.py), optionally armed to SIGKILL itself."""
     env = {k: v for k, v in os.environ.items() if k != "RLVR_KILL_AT"}
     env.update({"COLUMNS": "250", "NO_COLOR": "1", **({"RLVR_KILL_AT": kill_at} if kill_at else {})})
-    return subprocess.run([sys.executable, "-m", "rlvr.cli", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    return run_rlvr(*args, env=env, cwd=ROOT, timeout=600)
 
 
 @pytest.mark.parametrize(
@@ -159,7 +160,9 @@ KILLS = [  # each costs two toy recipes; the kinds of kill covered elsewhere run
     "recipe_stage_done@2",  # between stages: after the RL stage's stage.json
     pytest.param("sft_step@3", marks=pytest.mark.slow),  # inside the first stage, after its step-2 SFT checkpoint (as tests/test_resume.py)
     "generate@3",  # inside the RL stage, after its step-2 checkpoint
-    "sft_step@155",  # inside the RFT stage's SFT (150 cold-start steps + 5), after its step-4 checkpoint
+    # inside the RFT stage's SFT (150 cold-start steps + 5), after its step-4 checkpoint: the recipe resumes a stage
+    # the same way whatever its kind (generate@3 above); the RFT's own resume is tests/test_rft.py's killed RFT
+    pytest.param("sft_step@155", marks=pytest.mark.slow),
     pytest.param("generate@7", marks=pytest.mark.slow),  # inside the final RL stage (4 generations in the first), after its step-2 checkpoint
 ]
 
@@ -208,3 +211,21 @@ def test_overrides_reach_every_stage_or_one(tmp_path):
     cfgs = [stage_config(recipe, s, ["run.seed=3", "final.train.steps=7"]) for s in recipe.stages]
     assert [c.run.seed for c in cfgs] == [3] * 5
     assert [c.train.steps for c in cfgs] == [4, 4, 4, 7, 4]
+
+
+def test_relative_paths_in_a_recipe_mean_paths_next_to_it_also_in_a_resumed_copy(tmp_path, monkeypatch):
+    from rlvr.commands.recipe import stage_config
+
+    home = tmp_path / "recipes"
+    home.mkdir()
+    for name in ("train.jsonl", "held.jsonl"):
+        (home / name).write_text('{"prompt": "1+1=", "answer": "2", "solution": "\\\\boxed{2}"}\n' * 4)
+    text = DEFAULTS + 'data = { source = "jsonl", train_path = "train.jsonl" }\n' + '[[stage]]\nname = "check"\nkind = "eval"\ndata = "held.jsonl"\n'
+    (home / "recipe.toml").write_text(text)
+    copy = tmp_path / "out" / "recipe.toml"  # what a started recipe keeps in its output directory
+    copy.parent.mkdir()
+    copy.write_text(text)
+    monkeypatch.chdir(tmp_path)
+    for recipe in (load_recipe(home / "recipe.toml"), load_recipe(copy, home)):
+        assert stage_config(recipe, recipe.stages[0], []).data.train_path == str(home / "train.jsonl")
+        assert recipe.stages[0].options["data"] == str(home / "held.jsonl")

@@ -8,7 +8,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from rlvr.report.browser import CHROMIUM_ARGS, find_chromium
 from rlvr.report.runs import load_run, read_jsonl_tolerant
 
 from conftest import SOLVABLE
+from warm_cli import run_rlvr
 
 CHROMIUM = find_chromium()
 # In CI the set-up installs chromium (`make test` runs the Makefile's `browser` target), so the browser test must run there, not skip.
@@ -34,23 +34,23 @@ LENIENT_MIX = [*SOLVABLE, "train.steps=8", "eval.every=4", "run.report_every=3",
 def reported_run(tmp_path_factory):
     """A lab run (SFT, 8 RL steps) trained on a lenient reward with the strict one beside it at
     weight 0; the report's draws are counted, with how many RL steps were on disk at each."""
-    import rlvr.report
+    import rlvr.runtime  # draw_report calls the write_report it imported
     from rlvr.pipeline import run
 
     run_dir = tmp_path_factory.mktemp("report") / "run"
     draws: list[int] = []
-    real = rlvr.report.write_report
+    real = rlvr.runtime.write_report
 
     def counting(run_dirs, out=None):
         metrics = Path(run_dirs[0]) / "metrics.jsonl"
         draws.append(len(read_jsonl_tolerant(metrics)) if metrics.exists() else 0)
         return real(run_dirs, out)
 
-    rlvr.report.write_report = counting
+    rlvr.runtime.write_report = counting
     try:
         run(load_config(overrides=LENIENT_MIX + [f"run.output_dir={json.dumps(str(run_dir))}"]), Reporter(enabled=False), "lab")
     finally:
-        rlvr.report.write_report = real
+        rlvr.runtime.write_report = real
     return run_dir, draws
 
 
@@ -111,11 +111,11 @@ def test_rlvr_report_overlays_two_runs(reported_run, tmp_path):
     run_dir, _ = reported_run
     other = tmp_path / "other"
     shutil.copytree(run_dir, other, ignore=shutil.ignore_patterns("checkpoints", "model", "sft", "init"))
-    done = subprocess.run([sys.executable, "-m", "rlvr.cli", "report", str(run_dir), str(other)], capture_output=True, text=True, timeout=120)
+    done = run_rlvr("report", str(run_dir), str(other), timeout=120)
     assert done.returncode == 0, done.stderr
     page = (run_dir / "compare-other.html").read_text()
     assert "rlvr report: run vs other" in page and page.count("finished</b>") == 2
-    bad = subprocess.run([sys.executable, "-m", "rlvr.cli", "report", str(tmp_path / "nope")], capture_output=True, text=True, timeout=120)
+    bad = run_rlvr("report", str(tmp_path / "nope"), timeout=120)
     assert bad.returncode == 2 and "no such run directory" in bad.stderr
 
 
@@ -199,8 +199,8 @@ def test_status_lines_of_runs_that_did_not_train_rl_or_did_not_finish(reported_r
     assert "finished</b> (SFT only)" in write_report([copy]).read_text()
     (copy / "summary.json").write_text(json.dumps({"source": "x", "problems": 3}))  # what `rlvr eval` writes: not a run's summary
     assert "in progress</b> (SFT step 150" in write_report([copy]).read_text()
-    (copy / "stopped.json").write_text(json.dumps({"step": None, "stage": "eval_after_rl", "by": "error", "reason": "OSError: disk full"}))
-    assert "stopped in stage eval_after_rl.</b> OSError: disk full" in write_report([copy]).read_text()
+    (copy / "stopped.json").write_text(json.dumps({"step": None, "phase": "eval_after_rl", "by": "error", "reason": "OSError: disk full"}))
+    assert "stopped in phase eval_after_rl.</b> OSError: disk full" in write_report([copy]).read_text()
 
 
 def test_a_run_that_fails_says_so_on_its_page(tmp_path):
@@ -217,8 +217,8 @@ def test_a_run_that_fails_says_so_on_its_page(tmp_path):
     finally:
         sys.path.remove(str(tmp_path))
     stopped = json.loads((out / "stopped.json").read_text())
-    assert stopped["by"] == "error" and stopped["stage"] == "rl" and "100% of rewards are missing" in stopped["reason"]
-    assert "stopped in stage rl.</b> RewardError: step 1: 100% of rewards are missing" in (out / REPORT).read_text()
+    assert stopped["by"] == "error" and stopped["phase"] == "rl" and "100% of rewards are missing" in stopped["reason"]
+    assert "stopped in phase rl.</b> RewardError: step 1: 100% of rewards are missing" in (out / REPORT).read_text()
 
 
 def test_the_held_out_curve_starts_from_the_evaluation_before_rl_only(reported_run, tmp_path):

@@ -2,9 +2,10 @@
 ends (same metrics.jsonl values, same weights, bit for bit), and checkpoints are all-or-nothing.
 
 The kills are real: each run is a child process that SIGKILLs itself at a named fault point
-(`rlvr.checkpoint.fault_point`, armed by RLVR_KILL_AT=name@N)."""
+(`rlvr.checkpoint.fault_point`, armed by RLVR_KILL_AT=name@N), forked already warm (tests/warm_cli.py)."""
 
 import errno
+import functools
 import json
 import os
 import subprocess
@@ -15,8 +16,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from rlvr.checkpoint import CheckpointError, complete_step_checkpoints, latest_step_checkpoint, save_checkpoint, step_name
+from rlvr.checkpoint import CheckpointError, complete_step_checkpoints, latest_step_checkpoint, save_checkpoint, save_weights, step_name
 from rlvr.metrics import read_jsonl_records, rewind_jsonl
+from warm_cli import run_rlvr
 
 TINY = [
     "model.tiny.hidden_size=32", "model.tiny.num_layers=2", "model.tiny.intermediate_size=64", "model.tiny.num_heads=2",
@@ -44,9 +46,7 @@ def data_files(tmp_path_factory):
 
 def lab(run_dir: Path, args: list[str], kill_at: str | None = None, resume: bool = False) -> subprocess.CompletedProcess:
     env = {**os.environ, "RLVR_KILL_AT": kill_at} if kill_at else {k: v for k, v in os.environ.items() if k != "RLVR_KILL_AT"}
-    cmd = [sys.executable, "-m", "rlvr.cli", "lab", "--quiet"]
-    cmd += ["--resume", str(run_dir)] if resume else [*args, f"run.output_dir={json.dumps(str(run_dir))}"]
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    return run_rlvr("lab", "--quiet", *(["--resume", str(run_dir)] if resume else [*args, f"run.output_dir={json.dumps(str(run_dir))}"]), env=env)
 
 
 def comparable(run_dir: Path) -> list[dict]:
@@ -72,7 +72,7 @@ KILL_POINTS = [  # each costs two child runs: the ones covered elsewhere by a fa
     pytest.param("eval_after_sft@1", marks=pytest.mark.slow),  # SFT finished: its stage checkpoint's weights, the eval redone
     "generate@3",  # mid-step, after the step-2 checkpoint
     pytest.param("step_end@3", marks=pytest.mark.slow),  # between steps (also the torn-line test's kill point)
-    "checkpoint_write@4",  # while writing the step-4 checkpoint (stage-sft, stage-eval_after_sft, step 2 come first)
+    "checkpoint_write@4",  # while writing the step-4 checkpoint (phase-sft, phase-eval_after_sft, step 2 come first)
     "step_saved@2",  # right after the second step checkpoint (step 4): exactly at an epoch boundary
     pytest.param("eval_after_rl@1", marks=pytest.mark.slow),  # after the last step, during the final evaluation
 ]
@@ -100,7 +100,7 @@ def test_killed_and_resumed_run_equals_the_uninterrupted_run(tmp_path, data_file
 def test_a_resumed_run_skips_the_stages_it_finished(tmp_path, data_files, uninterrupted):
     run_dir = tmp_path / "run"
     assert lab(run_dir, TINY + data_files, kill_at="generate@1").returncode == -9  # SFT and the first eval are done
-    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["stage-eval_after_sft", "stage-sft"]
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["phase-eval_after_sft", "phase-sft"]
     first_eval = (run_dir / "eval_after_sft.jsonl").stat().st_mtime_ns
     resumed = lab(run_dir, [], resume=True)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
@@ -112,36 +112,14 @@ def test_a_resumed_run_skips_the_stages_it_finished(tmp_path, data_files, uninte
     assert summary["eval"] == json.loads((uninterrupted / "summary.json").read_text())["eval"]
 
 
-@pytest.mark.slow
-def test_a_run_from_before_stage_checkpoints_still_resumes(tmp_path, data_files, uninterrupted):
-    # Such a run has rl-start/ (the post-SFT weights and the first evaluation) instead of
-    # stage-sft/ and stage-eval_after_sft/: rebuild that layout from a run killed in RL.
-    import shutil
-
-    run_dir = tmp_path / "run"
-    assert lab(run_dir, TINY + data_files, kill_at="generate@1").returncode == -9
-    checkpoints = run_dir / "checkpoints"
-    (checkpoints / "stage-eval_after_sft").rename(checkpoints / "rl-start")
-    shutil.copy(checkpoints / "stage-sft" / "model.safetensors", checkpoints / "rl-start" / "model.safetensors")
-    shutil.rmtree(checkpoints / "stage-sft")
-    first_eval = (run_dir / "eval_after_sft.jsonl").stat().st_mtime_ns
-    resumed = lab(run_dir, [], resume=True)
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert (run_dir / "eval_after_sft.jsonl").stat().st_mtime_ns == first_eval  # rl-start was honoured: no SFT, no eval
-    assert comparable(run_dir) == comparable(uninterrupted)
-    after, whole = final_weights(run_dir), final_weights(uninterrupted)
-    assert all(torch.equal(after[k], whole[k]) for k in whole)
-
-
 def test_a_killed_sft_continues_from_its_checkpoint_and_leaves_none_behind(tmp_path, data_files, uninterrupted):
     run_dir = tmp_path / "run"
     assert lab(run_dir, TINY + data_files, kill_at="sft_step@3").returncode == -9
     assert [p.name for p in (run_dir / "checkpoints").iterdir()] == ["sft-000002"]
-    resumed = subprocess.run([sys.executable, "-m", "rlvr.cli", "lab", "--resume", str(run_dir)], capture_output=True, text=True, timeout=300,
-                             env={**os.environ, "COLUMNS": "300"})
+    resumed = run_rlvr("lab", "--resume", str(run_dir), env={**os.environ, "COLUMNS": "300"})
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "resuming SFT from" in resumed.stderr and "(step 2 of 4)" in resumed.stderr
-    assert not list((run_dir / "checkpoints").glob("sft-*"))  # superseded by stage-sft
+    assert not list((run_dir / "checkpoints").glob("sft-*"))  # superseded by phase-sft
     assert read_jsonl_records(run_dir / "sft_metrics.jsonl") == read_jsonl_records(uninterrupted / "sft_metrics.jsonl")
     assert [r["step"] for r in read_jsonl_records(run_dir / "sft_metrics.jsonl")] == [1, 2, 3, 4]
     whole, again = final_weights(uninterrupted), final_weights(run_dir)
@@ -161,17 +139,11 @@ def test_a_torn_last_metrics_line_is_repaired_on_resume(tmp_path, data_files, un
 def test_resuming_a_finished_run_with_more_steps_trains_exactly_the_new_ones(tmp_path, data_files, uninterrupted):
     run_dir = tmp_path / "run"
     assert lab(run_dir, TINY + data_files).returncode == 0
-    more = subprocess.run(
-        [sys.executable, "-m", "rlvr.cli", "lab", "--quiet", "--resume", str(run_dir), "train.steps=8"],
-        capture_output=True, text=True, timeout=300,
-    )
+    more = run_rlvr("lab", "--quiet", "--resume", str(run_dir), "train.steps=8")
     assert more.returncode == 0, more.stderr[-2000:]
     assert [r["step"] for r in read_jsonl_records(run_dir / "metrics.jsonl")] == list(range(1, 9))
     assert comparable(run_dir)[:6] == comparable(uninterrupted)
-    fewer = subprocess.run(
-        [sys.executable, "-m", "rlvr.cli", "lab", "--quiet", "--resume", str(run_dir), "train.steps=3"],
-        capture_output=True, text=True, timeout=300,
-    )
+    fewer = run_rlvr("lab", "--quiet", "--resume", str(run_dir), "train.steps=3")
     assert fewer.returncode == 2 and "below the checkpoint's step 8" in fewer.stderr
 
 
@@ -187,14 +159,14 @@ def test_export_writes_a_model_directory_transformers_loads(tmp_path, uninterrup
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     out = tmp_path / "exported"
-    done = subprocess.run([sys.executable, "-m", "rlvr.cli", "export", str(uninterrupted), str(out)], capture_output=True, text=True, timeout=300)
+    done = run_rlvr("export", str(uninterrupted), str(out))
     assert done.returncode == 0, done.stderr[-2000:]
     model = AutoModelForCausalLM.from_pretrained(out)
     weights = final_weights(uninterrupted)
     state = model.state_dict()
     assert all(torch.equal(state[k], weights[k]) for k in weights)
     assert AutoTokenizer.from_pretrained(out).decode(AutoTokenizer.from_pretrained(out).encode("3 + 4 = 7")) == "3 + 4 = 7"
-    missing = subprocess.run([sys.executable, "-m", "rlvr.cli", "export", str(uninterrupted), str(out), "--step", "3"], capture_output=True, text=True, timeout=300)
+    missing = run_rlvr("export", str(uninterrupted), str(out), "--step", "3")
     assert missing.returncode == 2 and "complete steps: 4, 6" in missing.stderr
 
 
@@ -205,14 +177,14 @@ def test_disk_full_during_a_checkpoint_keeps_the_previous_one(tmp_path, monkeypa
     import rlvr.checkpoint as ckpt
 
     model = torch.nn.Linear(3, 2)
-    save_checkpoint(tmp_path, step_name(1), policy=model, trainer={"x": 1}, state={"step": 1}, config_text="")
+    save_checkpoint(tmp_path, step_name(1), weights=functools.partial(save_weights, policy=model), trainer={"x": 1}, state={"step": 1}, config_text="")
 
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(ckpt, "save_safetensors", full)
     with pytest.raises(CheckpointError, match=r"step-000002: the disk is full; the previous checkpoint .*step-000001 is intact"):
-        save_checkpoint(tmp_path, step_name(2), policy=model, trainer={"x": 2}, state={"step": 2}, config_text="")
+        save_checkpoint(tmp_path, step_name(2), weights=functools.partial(save_weights, policy=model), trainer={"x": 2}, state={"step": 2}, config_text="")
     assert latest_step_checkpoint(tmp_path).name == "step-000001"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step-000001"]  # no half-written debris
 
@@ -220,7 +192,7 @@ def test_disk_full_during_a_checkpoint_keeps_the_previous_one(tmp_path, monkeypa
 def test_a_checkpoint_without_its_marker_is_never_loaded(tmp_path):
     model = torch.nn.Linear(3, 2)
     for step in (1, 2):
-        save_checkpoint(tmp_path, step_name(step), policy=model, trainer=None, state={"step": step}, config_text="")
+        save_checkpoint(tmp_path, step_name(step), weights=functools.partial(save_weights, policy=model), trainer=None, state={"step": step}, config_text="")
     (tmp_path / "step-000002" / "COMPLETE").unlink()
     assert latest_step_checkpoint(tmp_path).name == "step-000001"
 
@@ -264,17 +236,17 @@ def test_a_real_write_limit_during_a_checkpoint_gives_the_clear_error(tmp_path):
     """Not a patched writer: the kernel refuses the write (RLIMIT_FSIZE, as a full disk would),
     through safetensors' and torch.save's own error types."""
     script = f"""
-import resource, signal, torch
+import functools, resource, signal, torch
 from pathlib import Path
-from rlvr.checkpoint import CheckpointError, latest_step_checkpoint, save_checkpoint, step_name
+from rlvr.checkpoint import CheckpointError, latest_step_checkpoint, save_checkpoint, save_weights, step_name
 root = Path({str(tmp_path)!r})
 small, big = torch.nn.Linear(4, 4), torch.nn.Linear(512, 512)
-save_checkpoint(root, step_name(1), policy=small, trainer={{"x": 1}}, state={{"step": 1}}, config_text="")
+save_checkpoint(root, step_name(1), weights=functools.partial(save_weights, policy=small), trainer={{"x": 1}}, state={{"step": 1}}, config_text="")
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # get EFBIG from write() instead of a signal
 resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))
 for policy, trainer in ((big, None), (small, {{"blob": torch.zeros(100_000)}})):
     try:
-        save_checkpoint(root, step_name(2), policy=policy, trainer=trainer, state={{"step": 2}}, config_text="")
+        save_checkpoint(root, step_name(2), weights=functools.partial(save_weights, policy=policy), trainer=trainer, state={{"step": 2}}, config_text="")
     except CheckpointError as err:
         assert "the disk is full" in str(err) and "step-000001 is intact" in str(err), err
     else:
@@ -290,18 +262,17 @@ print("ok")
 def test_a_resume_refuses_settings_it_could_not_honour(tmp_path, data_files):
     run_dir = tmp_path / "run"
     assert lab(run_dir, TINY + data_files, kill_at="step_end@1").returncode == -9
-    cmd = [sys.executable, "-m", "rlvr.cli", "lab", "--quiet", "--resume", str(run_dir)]
-    changed = subprocess.run(cmd + ["train.lr=1e-5", "algo.beta=0.0"], capture_output=True, text=True, timeout=300)
+    changed = run_rlvr("lab", "--quiet", "--resume", str(run_dir), "train.lr=1e-5", "algo.beta=0.0")
     said = " ".join(changed.stderr.split())  # rich wraps long lines
     assert changed.returncode == 2
     assert "train.lr: 0.001 -> 1e-05" in said and "algo.beta: 0.05 -> 0.0" in said
-    dry = subprocess.run([sys.executable, "-m", "rlvr.cli", "train", "--resume", str(run_dir), "--dry-run"], capture_output=True, text=True, timeout=300)
+    dry = run_rlvr("train", "--resume", str(run_dir), "--dry-run")
     assert dry.returncode == 2 and "cannot be combined with --resume" in " ".join(dry.stderr.split())
 
 
 def test_export_never_overwrites_what_is_not_an_export(tmp_path, uninterrupted):
     from rlvr.config import ConfigError
-    from rlvr.pipeline import export_checkpoint
+    from rlvr.commands.export import export_checkpoint
 
     keep = tmp_path / "mine"
     keep.mkdir()
@@ -326,7 +297,7 @@ def test_a_lora_run_resumes_exactly_and_exports_merged(tmp_path, data_files):
     a, b = final_weights(whole), final_weights(killed)
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert not any("lora" in k for k in a)  # the saved model has its adapters merged in
-    done = subprocess.run([sys.executable, "-m", "rlvr.cli", "export", str(whole), str(tmp_path / "out")], capture_output=True, text=True, timeout=300)
+    done = run_rlvr("export", str(whole), str(tmp_path / "out"))
     assert done.returncode == 0, done.stderr[-2000:]
     exported = AutoModelForCausalLM.from_pretrained(tmp_path / "out").state_dict()
     assert all(torch.allclose(exported[k], a[k], atol=1e-6) for k in a)

@@ -139,6 +139,31 @@ def test_reward_workers_build_a_pool_per_registered_verifier():
         close_reward_terms(terms)
 
 
+def test_a_pooled_term_logs_its_verify_timing_and_rounds_add_up():
+    from rlvr.reward import Scores, TermScores
+    from rlvr.verifiers.pool import PoolTiming
+
+    def scores(timing):
+        return Scores(torch.zeros(2), {"boxed_math": TermScores([1.0, 0.0], pool=timing), "plain": TermScores([0.5, 0.5])})
+
+    merged = Scores.merge([scores(PoolTiming(1.0, 2, 0.25)), scores(PoolTiming(3.0, 2, 0.75))])
+    m = merged.metrics()
+    assert (m["verify/boxed_math/seconds"], m["verify/boxed_math/items_per_s"], m["verify/boxed_math/slowest_item_s"]) == (4.0, 1.0, 0.75)
+    assert not any(k.startswith("verify/plain") for k in m)  # scored in the training process: no pool, no verify/ keys
+    assert list(m)[-3:] == ["verify/boxed_math/seconds", "verify/boxed_math/items_per_s", "verify/boxed_math/slowest_item_s"]
+
+
+def test_a_pooled_term_with_no_rows_of_its_own_still_logs_its_verify_keys():
+    class NoPool:  # a pool that must not be called: no row is this term's
+        def score(self, *args):
+            raise AssertionError("called")
+
+    term = RewardTerm("code", 1.0, lambda c, a: 1.0, batched=False, pool=NoPool(), route_field="verifier")
+    rows = [Example("p", "1", info={"verifier": "boxed_math"})] * 2
+    t = term.score(["p"] * 2, ["a", "b"], rows, [1, 1])
+    assert t.values == [None, None] and t.pool.items == 0
+
+
 def test_numpy_and_bool_rewards_are_numbers():
     import numpy as np
 

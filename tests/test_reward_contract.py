@@ -22,12 +22,12 @@ from rlvr.learner import LocalLearner
 from rlvr.models import build_char_tokenizer, build_tiny_model
 from rlvr.reward import answer_check, build_reward_terms, close_reward_terms, correctness_term, score_completions
 from rlvr.tasks.arithmetic import make_splits
-from rlvr.verifiers import VERIFIERS, register
 from rlvr.verifiers.contract import is_batched, resolve_reward
 from rlvr.verifiers.pool import resolve_verifier, score_all
+from rlvr.verifiers.registry import VERIFIERS, register
 
 USER_MODULE = '''
-from rlvr.verifiers import register
+from rlvr.verifiers.registry import register
 
 seen = []
 

@@ -8,7 +8,6 @@ import json
 import os
 import random
 import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -26,14 +25,15 @@ from rlvr.sources import resolve_model
 from rlvr.stages.rejection import rejection_sample, select_survivors
 from rlvr.stages.sft import sft_backward
 from rlvr.tasks.arithmetic import make_splits
-from rlvr.verifiers import boxed_math
+from rlvr.verifiers.math import boxed_math
+from warm_cli import run_rlvr
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def rlvr(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": "250", "NO_COLOR": "1", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "rlvr.cli", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    return run_rlvr(*args, env=env, cwd=ROOT)
 
 
 def test_select_survivors_keeps_distinct_texts_shortest_or_random_in_sampling_order():
@@ -68,7 +68,7 @@ def test_rejection_sampling_keeps_exactly_the_verified_finished_distinct_complet
 
     rft = load_config(overrides=SOLVABLE + ["rft.samples=8", "rft.max_per_prompt=2", f"rft.select={select}"]).rft
     term = RewardTerm("judged", 1.0, judged, batched=False, correctness=True)
-    traces = rejection_sample(model, tokenizer, problems, cfg.data, rft, 12, term, PhaseBar(None, None), source="toy", seed=1)
+    traces = rejection_sample(model, tokenizer, problems, cfg.data, rft, rft.sampling(12, ()), term, PhaseBar(None, None), source="toy", seed=1)
     report = traces.report
     assert report["sampled"] == 8 * len(problems) and report["kept"] == len(traces.rows) > 0
     assert 0 < report["verified"] < report["sampled"]  # not degenerate: some pass, some fail
@@ -95,7 +95,7 @@ def test_traces_load_back_as_data_through_the_same_config(policy, tmp_path):
     model, tokenizer, cfg, train = policy
     rft = load_config(overrides=SOLVABLE + ["rft.samples=4"]).rft
     term = RewardTerm("boxed_math", 1.0, boxed_math, batched=False, correctness=True)
-    traces = rejection_sample(model, tokenizer, train[:40], cfg.data, rft, 12, term, PhaseBar(None, None), source="toy", seed=0)
+    traces = rejection_sample(model, tokenizer, train[:40], cfg.data, rft, rft.sampling(12, ()), term, PhaseBar(None, None), source="toy", seed=0)
     path = tmp_path / "traces.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in traces.rows))
     loaded = read_jsonl(path, DataConfig(source="jsonl", train_path=str(path), id_field=""), need_solution=True)
@@ -217,7 +217,7 @@ def test_rlvr_distill_trains_a_smaller_student_with_the_token_level_term(solvabl
 
 def test_the_token_level_term_refuses_a_teacher_with_another_tokenizer(solvable_run, tmp_path):
     from rlvr.models import save_pretrained
-    from rlvr.pipeline import load_teacher
+    from rlvr.runtime import load_teacher
 
     tokenizer = build_char_tokenizer()
     tokenizer.add_tokens(["<extra>"])

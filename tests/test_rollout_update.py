@@ -11,6 +11,7 @@ from rlvr.config import AlgoConfig, TinyModelConfig
 from rlvr.models import build_char_tokenizer, build_tiny_model
 from rlvr.rollout import Rollouts, decode_completions, encode_prompts, generate, sample_next
 from rlvr.rollout.generate import draw_categorical
+from rlvr.sampling import Sampling
 from rlvr.logprobs import completion_logprobs, set_prompt_sharing
 from rlvr.update import UpdateSettings, rl_update
 
@@ -34,7 +35,8 @@ ENGINES = ["static", "transformers"]
 
 def greedy(model, tokenizer, prompts, n=12, engine="auto"):
     ids, mask = encode_prompts(tokenizer, prompts, torch.device("cpu"))
-    return generate(model, ids, mask, max_new_tokens=n, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id, greedy=True, engine=engine)
+    return generate(model, ids, mask, Sampling(max_new_tokens=n, greedy=True), eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
+                    engine=engine)
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -125,7 +127,7 @@ def make_rollouts(model, tokenizer, G=4):
     prompts = [p for p in PROMPTS for _ in range(G)]
     ids, mask = encode_prompts(tokenizer, prompts, torch.device("cpu"))
     g = torch.Generator().manual_seed(1)
-    return generate(model, ids, mask, max_new_tokens=8, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id, generator=g)
+    return generate(model, ids, mask, Sampling(max_new_tokens=8), eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id, generator=g)
 
 
 @pytest.mark.parametrize("aggregation", ["token_mean", "seq_mean_token_mean", "constant"])
@@ -195,9 +197,9 @@ def stops_at_position_9(model, tokenizer):
 @pytest.mark.parametrize("engine", ENGINES)
 def test_shared_prompt_cache_equals_prefilling_every_copy(model, tokenizer, engine):
     ids, mask = encode_prompts(tokenizer, PROMPTS, torch.device("cpu"))
-    kw = dict(max_new_tokens=10, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id, greedy=True, engine=engine)
-    shared = generate(model, ids, mask, group_size=3, **kw)
-    copies = generate(model, ids.repeat_interleave(3, 0), mask.repeat_interleave(3, 0), **kw)
+    sampling, kw = Sampling(max_new_tokens=10, greedy=True), dict(eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id, engine=engine)
+    shared = generate(model, ids, mask, sampling, group_size=3, **kw)
+    copies = generate(model, ids.repeat_interleave(3, 0), mask.repeat_interleave(3, 0), sampling, **kw)
     assert torch.equal(shared.prompt_ids_BP, copies.prompt_ids_BP)
     assert torch.equal(shared.completion_ids_BT, copies.completion_ids_BT)
     assert torch.equal(shared.completion_mask_BT, copies.completion_mask_BT)
@@ -206,9 +208,9 @@ def test_shared_prompt_cache_equals_prefilling_every_copy(model, tokenizer, engi
 @pytest.mark.parametrize("engine", ENGINES)
 def test_dropping_finished_rows_changes_no_row(stops_at_position_9, tokenizer, engine):
     ids, mask = encode_prompts(tokenizer, PROMPTS, torch.device("cpu"))
-    kw = dict(max_new_tokens=12, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id, greedy=True, group_size=2, engine=engine)
-    compacted = generate(stops_at_position_9, ids, mask, compact=True, **kw)
-    full = generate(stops_at_position_9, ids, mask, compact=False, **kw)
+    sampling, kw = Sampling(max_new_tokens=12, greedy=True), dict(eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id, group_size=2, engine=engine)
+    compacted = generate(stops_at_position_9, ids, mask, sampling, compact=True, **kw)
+    full = generate(stops_at_position_9, ids, mask, sampling, compact=False, **kw)
     assert len(set(compacted.lengths_B.tolist())) >= 3  # rows did finish at different steps
     assert torch.equal(compacted.completion_ids_BT, full.completion_ids_BT)
     torch.testing.assert_close(compacted.sample_logp_BT, full.sample_logp_BT, atol=1e-5, rtol=1e-5)
@@ -218,8 +220,8 @@ def test_dropping_finished_rows_changes_no_row(stops_at_position_9, tokenizer, e
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_sampling_logprobs_match_the_updates_recomputation(stops_at_position_9, tokenizer, temperature, engine):
     ids, mask = encode_prompts(tokenizer, PROMPTS, torch.device("cpu"))
-    r = generate(stops_at_position_9, ids, mask, max_new_tokens=12, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
-                 temperature=temperature, group_size=4, generator=torch.Generator().manual_seed(0), engine=engine)
+    r = generate(stops_at_position_9, ids, mask, Sampling(max_new_tokens=12, temperature=temperature), eos_id=tokenizer.eos_token_id,
+                 pad_id=tokenizer.pad_token_id, group_size=4, generator=torch.Generator().manual_seed(0), engine=engine)
     recomputed = completion_logprobs(stops_at_position_9, r.prompt_ids_BP, r.prompt_mask_BP, r.completion_ids_BT, r.completion_mask_BT, temperature)
     m = r.completion_mask_BT.bool()
     torch.testing.assert_close(r.sample_logp_BT[m], recomputed[m], atol=1e-4, rtol=1e-4)
@@ -227,7 +229,7 @@ def test_sampling_logprobs_match_the_updates_recomputation(stops_at_position_9, 
 
 
 def test_token_budget_groups_short_rows_and_separates_long_ones():
-    from rlvr.update import token_budget_batches
+    from rlvr.batching import token_budget_batches
 
     rows = torch.tensor([3, 0, 1, 2, 4])  # sorted by length: 2, 2, 3, 9, 20
     lengths = torch.tensor([2, 3, 9, 2, 20])
@@ -336,8 +338,8 @@ def test_group_seeding_makes_a_prompts_samples_independent_of_its_batch(ends_at_
     def sample(prompts, first, seeded=True, compact=True):
         ids, mask = encode_prompts(tokenizer, prompts, torch.device("cpu"))
         gens = group_generators(7, 3, len(prompts), torch.device("cpu"), first=first) if seeded else None
-        out = generate(ends_at_random, ids, mask, max_new_tokens=12, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
-                       temperature=1.0, generator=torch.Generator().manual_seed(0), group_size=3, engine=engine, generators=gens,
+        out = generate(ends_at_random, ids, mask, Sampling(max_new_tokens=12, temperature=1.0), eos_id=tokenizer.eos_token_id,
+                       pad_id=tokenizer.pad_token_id, generator=torch.Generator().manual_seed(0), group_size=3, engine=engine, generators=gens,
                        compact=compact)
         return [out.completion_ids_BT[r, : int(out.lengths_B[r])].tolist() for r in range(len(prompts) * 3)]
 

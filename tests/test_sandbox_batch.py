@@ -12,10 +12,10 @@ import textwrap
 
 import pytest
 
-from rlvr.verifiers import get_verifier
 from rlvr.verifiers.code import run_python_tests, run_python_tests_batch
-from rlvr.verifiers.judge import decode_value
-from rlvr.verifiers.sandbox import Limits
+from rlvr.verifiers.code.judge import decode_value
+from rlvr.verifiers.code.sandbox import Limits
+from rlvr.verifiers.registry import get_verifier
 
 if shutil.which("bwrap") is None and not os.environ.get("CI"):
     pytest.skip("bubblewrap is not installed (CI installs it: make test)", allow_module_level=True)
@@ -89,7 +89,7 @@ CLEAN = {"asserts": ["assert leftovers() == []", "assert strangers() == []"]}
 
 
 def test_a_program_finds_nothing_another_left_behind(monkeypatch):
-    from rlvr.verifiers import served
+    from rlvr.verifiers.code import served
 
     started = []
     real = served.subprocess.Popen
@@ -173,7 +173,7 @@ COUNTS_MARKER = fenced("""
 
 def test_a_program_holds_nothing_of_a_program_that_ran_before_it_in_the_same_sandbox():
     from rlvr.verifiers.code import extract_program
-    from rlvr.verifiers.served import run_jobs_served
+    from rlvr.verifiers.code.served import run_jobs_served
 
     def copies_seen(program: str, before: list[str]) -> int:
         """What copies() returns for the program when `before` ran ahead of it in its sandbox."""
@@ -191,7 +191,7 @@ def test_a_program_holds_nothing_of_a_program_that_ran_before_it_in_the_same_san
 
 
 def test_plan_servers_never_puts_two_programs_for_one_problem_in_a_sandbox():
-    from rlvr.verifiers.served import plan_servers
+    from rlvr.verifiers.code.served import plan_servers
 
     problems = ["a", "a", "b", "a", "c", "b", "c", "c", "c"]
     groups = plan_servers(problems, cap=2)
@@ -201,7 +201,7 @@ def test_plan_servers_never_puts_two_programs_for_one_problem_in_a_sandbox():
 
 
 def test_a_program_over_its_time_limit_ends_its_sandbox_and_the_next_runs_in_a_fresh_one():
-    from rlvr.verifiers.served import plan_servers
+    from rlvr.verifiers.code.served import plan_servers
 
     slow = fenced("import time\ntime.sleep(3)\ndef add(a, b):\n    return a + b")
     limits = Limits(test_s=5.0, total_s=1.0)
@@ -266,7 +266,7 @@ FRESH = {"asserts": ["assert sockets() == []", "assert names() == []", "assert n
 
 
 def test_a_program_finds_no_socket_name_or_priority_an_earlier_one_left_in_its_sandbox():
-    from rlvr.verifiers.served import plan_servers
+    from rlvr.verifiers.code.served import plan_servers
 
     leavers = [PARKS_A_SOCKET, NAMES_ITS_PROCESSES, LOWERS_ITS_GROUP]
     problems = [{"asserts": [f"assert add(2, {k}) == {2 + k}"]} for k in range(3)]  # three problems: one sandbox
@@ -295,7 +295,7 @@ FILLS_TMP = fenced(r'''
 def test_tmp_is_capped_in_inodes_in_a_shared_jail_and_emptied_for_the_next_program():
     # Each job of a shared jail meets the inode cap (set once by the server), and the next one
     # finds /tmp emptied: it can create as many files again.
-    from rlvr.verifiers.served import plan_servers
+    from rlvr.verifiers.code.served import plan_servers
 
     problems = [{"asserts": ["assert 500 < fill() < 600"]}, {"asserts": ["assert fill() in range(501, 600)"]}]
     assert plan_servers([json.dumps(p) for p in problems]) == [[0, 1]]
@@ -305,8 +305,8 @@ def test_tmp_is_capped_in_inodes_in_a_shared_jail_and_emptied_for_the_next_progr
 
 
 def test_sandbox_uids_are_this_processs_own_and_never_those_of_a_jail_still_alive(monkeypatch):
-    from rlvr.verifiers import sandbox
-    from rlvr.verifiers.sandbox import _UID_BASE, release_uids, sandbox_uids
+    from rlvr.verifiers.code import sandbox
+    from rlvr.verifiers.code.sandbox import _UID_BASE, release_uids, sandbox_uids
 
     monkeypatch.setattr(sandbox, "_uid_next", 900)
     monkeypatch.setattr(sandbox, "_uids_held", {})
@@ -326,7 +326,7 @@ def test_sandbox_uids_are_this_processs_own_and_never_those_of_a_jail_still_aliv
 
 def test_a_batch_of_different_problems_shares_one_jail_per_sandbox_slot(monkeypatch):
     """The shared-jail tests above mean something only if the programs did share a jail."""
-    from rlvr.verifiers import served
+    from rlvr.verifiers.code import served
 
     started = []
     real = served.subprocess.Popen
@@ -340,8 +340,8 @@ def test_a_batch_of_different_problems_shares_one_jail_per_sandbox_slot(monkeypa
 
 
 def test_a_shared_jail_that_cannot_start_is_a_missing_sandbox_not_a_zero(monkeypatch):
-    from rlvr.verifiers import served
-    from rlvr.verifiers.sandbox import SandboxUnavailable
+    from rlvr.verifiers.code import served
+    from rlvr.verifiers.code.sandbox import SandboxUnavailable
 
     real = served._bwrap_args
     monkeypatch.setattr(served, "_bwrap_args", lambda *a: (["--no-such-bwrap-option", *real(*a)[0]], real(*a)[1]))

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,9 +18,11 @@ from rlvr.data import format_prompt
 from rlvr.models import build_char_tokenizer, build_tiny_model
 from rlvr.rollout import decode_completions, encode_prompts, generate, sample_next
 from rlvr.rollout.controls import ThinkingBudget, encode_stops, token_ids
+from rlvr.sampling import Sampling
 from rlvr.stages.evaluate import thinking_block
 from rlvr.tasks.arithmetic import NO_THINK, THINK, make_splits, sft_targets
-from rlvr.verifiers import mode_format, think_format
+from rlvr.verifiers.format import mode_format, think_format
+from warm_cli import run_rlvr
 
 ROOT = Path(__file__).resolve().parents[1]
 ENGINES = ["static", "transformers"]
@@ -95,12 +96,13 @@ def test_a_stop_string_ends_a_row_and_stays_in_it(thinker, engine):
     ids, mask = encode_prompts(tokenizer, ["1+2=", "3*3-1=", "7=", "9-8*7+6="], torch.device("cpu"))
     # sampled, with every row kept in the batch to the end: each step draws for all rows, so a row that
     # stops early leaves the others' draws as they were
-    kw = dict(max_new_tokens=30, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id, compact=False, engine=engine)
-    free = generate(model, ids, mask, generator=torch.Generator().manual_seed(0), **kw)
+    kw = dict(eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id, compact=False, engine=engine)
+    free = generate(model, ids, mask, Sampling(max_new_tokens=30), generator=torch.Generator().manual_seed(0), **kw)
     rows = [free.completion_ids_BT[r, : int(free.lengths_B[r])].tolist() for r in range(4)]
     stop_id = next(t for row in rows for t in row[2:] if t not in row[:1])  # a token some row writes after its first
     stop = tokenizer.convert_ids_to_tokens(stop_id)
-    stopped = generate(model, ids, mask, generator=torch.Generator().manual_seed(0), stops=encode_stops(tokenizer, [stop]), **kw)
+    stopped = generate(model, ids, mask, Sampling(max_new_tokens=30, stop=(stop,)), generator=torch.Generator().manual_seed(0),
+                       stops=encode_stops(tokenizer, [stop]), **kw)
     for r, row in enumerate(rows):
         got = stopped.completion_ids_BT[r, : int(stopped.lengths_B[r])].tolist()
         if stop_id in row:
@@ -115,9 +117,10 @@ def test_a_stop_string_ends_a_row_and_stays_in_it(thinker, engine):
 def test_stop_strings_of_several_tokens_with_compaction_end_every_row_at_its_first_stop(thinker, engine):
     model, tokenizer = thinker
     ids, mask = encode_prompts(tokenizer, ["1+2=", "3*3-1=", "7=", "9-8*7+6="], torch.device("cpu"))
-    kw = dict(max_new_tokens=40, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id, group_size=8, engine=engine)
+    kw = dict(eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id, group_size=8, engine=engine)
     stops = ["1", "23", "ab"]  # one token, and two of two
-    out = generate(model, ids, mask, generator=torch.Generator().manual_seed(1), stops=encode_stops(tokenizer, stops), **kw)
+    out = generate(model, ids, mask, Sampling(max_new_tokens=40, stop=stops), generator=torch.Generator().manual_seed(1),
+                   stops=encode_stops(tokenizer, stops), **kw)
     texts = decode_completions(tokenizer, out)
     ended = 0
     for text, truncated in zip(texts, out.truncated_B.tolist()):
@@ -139,8 +142,8 @@ def budget_for(tokenizer, budgets, opened=True, forced="</think>"):
 
 def decode_with_budgets(model, tokenizer, prompts, budgets, engine, forced="</think>"):
     ids, mask = encode_prompts(tokenizer, prompts, torch.device("cpu"))
-    return generate(model, ids, mask, max_new_tokens=24, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id, greedy=True,
-                    engine=engine, thinking=budget_for(tokenizer, budgets, forced=forced))
+    return generate(model, ids, mask, Sampling(max_new_tokens=24, greedy=True), eos_id=tokenizer.eos_token_id,
+                    pad_id=tokenizer.pad_token_id, engine=engine, thinking=budget_for(tokenizer, budgets, forced=forced))
 
 
 PROMPTS = ["1+2=<think>", "9-8*7+6=<think>", "3=<think>", "4*4-2+1=<think>", "5-5=<think>", "7*2=<think>"]
@@ -312,7 +315,7 @@ def test_evaluation_counts_malformed_blocks_and_measures_thinking(think_run):
 
 def rlvr(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": "250", "NO_COLOR": "1"}
-    return subprocess.run([sys.executable, "-m", "rlvr.cli", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    return run_rlvr(*args, env=env, cwd=ROOT)
 
 
 def test_rlvr_eval_against_the_thinking_budget(think_run, tmp_path):
@@ -343,14 +346,15 @@ def test_sampled_evaluation_keeps_every_sample_within_the_budget(think_run):
     from rlvr.reward import RewardTerm
     from rlvr.sources import resolve_model
     from rlvr.stages.evaluate import evaluate
-    from rlvr.verifiers import boxed_math
+    from rlvr.verifiers.math import boxed_math
 
     source = resolve_model(str(think_run))
     model, tokenizer = source.load()
     cfg = load_config(overrides=SOLVABLE + ["task.format=think", "eval.samples=4", "thinking.budget=1", "eval.max_new_tokens=16"])
     _, held_out = make_splits(cfg.task, cfg.run.seed)
     term = RewardTerm("boxed_math", 1.0, boxed_math, batched=False, correctness=True)
-    result = evaluate(model, tokenizer, held_out, cfg.data, cfg.eval, term, PhaseBar(None, None), thinking=cfg.thinking)
+    result = evaluate(model, tokenizer, held_out, cfg.data, cfg.eval, term, PhaseBar(None, None), cfg.eval.sampling(cfg.rollout.stop, cfg.thinking),
+                      thinking=cfg.thinking)
     for row in result.sampled_rows + result.samples:
         block = thinking_block(row["completion"], "<think>", "</think>")
         assert block is None or len(tokenizer.encode(block, add_special_tokens=False)) <= 1

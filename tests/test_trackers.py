@@ -14,6 +14,7 @@ import pytest
 
 from rlvr.config import ConfigError, load_config
 from rlvr.metrics import read_jsonl_records
+from warm_cli import run_rlvr
 
 for module in ("tensorboard", "wandb", "mlflow", "trackio"):
     pytest.importorskip(module)
@@ -28,9 +29,7 @@ def lab(tmp_path: Path, run_dir: Path, kill_at: str | None = None, resume: bool 
     env.update({"WANDB_MODE": "offline", "WANDB_SILENT": "true", "TRACKIO_DIR": str(tmp_path / "trackio")})
     if kill_at:
         env["RLVR_KILL_AT"] = kill_at
-    cmd = [sys.executable, "-m", "rlvr.cli", "lab", "--quiet"]
-    cmd += ["--resume", str(run_dir)] if resume else [*LAB, f"run.output_dir={json.dumps(str(run_dir))}"]
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    return run_rlvr("lab", "--quiet", *(["--resume", str(run_dir)] if resume else [*LAB, f"run.output_dir={json.dumps(str(run_dir))}"]), env=env)
 
 
 def expected(run_dir: Path, name: str) -> list[tuple[int, float]]:

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.verifiers import get_verifier, python_code
-from rlvr.verifiers.code import extract_program, parse_tests, run_python_tests
-from rlvr.verifiers.sandbox import Limits, SandboxUnavailable, UnsandboxedCodeWarning, _UID_BASE
+from rlvr.verifiers.code import extract_program, parse_tests, python_code, run_python_tests
+from rlvr.verifiers.code.sandbox import Limits, SandboxUnavailable, UnsandboxedCodeWarning, _UID_BASE
+from rlvr.verifiers.registry import get_verifier
 
 if shutil.which("bwrap") is None and not os.environ.get("CI"):
     pytest.skip("bubblewrap is not installed (CI installs it: make test)", allow_module_level=True)
@@ -199,13 +199,9 @@ def test_missing_bwrap_refuses_unless_opted_out(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_small_programs_are_fast() -> None:
-    start = time.perf_counter()
+    # Five sandboxes in a row; how fast (~0.05 s each on 2 cores) is bench/time_bounds.py's and bench/sandbox.py's.
     for _ in range(5):
         assert python_code(ADD, ADD_TESTS) == 1.0
-    per_program = (time.perf_counter() - start) / 5
-    # ~0.05 s on 2 cores; the bound catches a sandbox start that regresses to seconds, with room
-    # for a loaded machine (speed itself is measured by bench/sandbox.py, not here).
-    assert per_program < 1.0, f"{per_program:.2f}s per program"
 
 
 # ---------------------------------------------------------------- adversarial programs
@@ -391,11 +387,8 @@ def test_attacks_score_zero_and_leave_the_host_unharmed(name: str, canaries: dic
     if name == "one megabyte of source":
         source = ATTACKS[name]
     tests = {"asserts": ATTACK_TESTS["asserts"][:2]} if name in HANGS_EVERY_TEST else ATTACK_TESTS
-    start = time.perf_counter()
-    report = run_python_tests(fenced(source), tests, limits=FAST)
-    elapsed = time.perf_counter() - start
+    report = run_python_tests(fenced(source), tests, limits=FAST)  # within FAST.total_s: bench/time_bounds.py
     assert report.score == 0.0, report
-    assert elapsed < FAST.total_s + 1.0
     assert os.getpid() > 0 and python_code(ADD, ADD_TESTS) == 1.0  # the host still works
 
 
@@ -461,8 +454,8 @@ import secrets  # noqa: E402
 import struct  # noqa: E402
 import sys  # noqa: E402
 
-from rlvr.verifiers import sandbox as sandbox_module  # noqa: E402
-from rlvr.verifiers.seccomp import (  # noqa: E402
+from rlvr.verifiers.code import sandbox as sandbox_module  # noqa: E402
+from rlvr.verifiers.code.seccomp import (  # noqa: E402
     ALLOWED, ARGUMENT_CHECKED, CLONE_NEW_FLAGS, FCNTL_COMMANDS, REFUSED, SYSCALLS, UnsupportedArchitecture, build_filter, host_arch,
 )
 
@@ -979,13 +972,13 @@ def test_no_host_path_is_visible_in_the_jail(tmp_path: Path) -> None:
 
 def job_cgroup_dirs() -> list[Path]:
     """This process's job cgroups (there should be none between jobs)."""
-    from rlvr.verifiers import cgroups
+    from rlvr.verifiers.code import cgroups
 
     return [d for parent, _, _ in cgroups._usable_parents() for d in parent.glob(f"rlvr-{os.getpid()}-*")]
 
 
 def cgroup_controllers() -> set[str]:
-    from rlvr.verifiers import cgroups
+    from rlvr.verifiers.code import cgroups
 
     return {c for _, controllers, _ in cgroups._usable_parents() for c in controllers}
 
@@ -1017,7 +1010,7 @@ def test_a_job_cannot_exceed_its_memory_in_many_processes() -> None:
 
 @pytest.mark.skipif(not cgroup_controllers(), reason="no writable cgroup here")
 def test_each_job_runs_in_cgroups_of_its_own_that_go_with_it() -> None:
-    from rlvr.verifiers import cgroups
+    from rlvr.verifiers.code import cgroups
 
     seen: list[list[str]] = []
     real_create = cgroups.create

@@ -18,13 +18,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlvr.verifiers import code as code_module
+import rlvr.verifiers.code as code_module
 from rlvr.verifiers.code import parse_tests, run_python_tests
-from rlvr.verifiers.judge import MAX_SAME_HASH, JudgeError, compile_assert, decode_value, evaluate, host_names
-from rlvr.verifiers.sandbox import Limits, SandboxRun, parse_result_line
+from rlvr.verifiers.code.judge import MAX_SAME_HASH, JudgeError, compile_assert, decode_value, evaluate, host_names
+from rlvr.verifiers.code.sandbox import Limits, SandboxRun, parse_result_line
 
-# "Fails fast" is measured in CPU seconds of this process (time.process_time): a wall clock
-# would move with whatever else the machine runs.
+# "Fails fast" is asserted as the refusal; how fast, in CPU seconds, is bench/time_bounds.py's to measure.
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None and not os.environ.get("CI"), reason="bubblewrap missing")
 FAST = Limits(test_s=1.0, total_s=8.0)
 
@@ -299,10 +298,8 @@ def test_expensive_host_evaluation_fails_fast(test: str) -> None:
     probes: list[str] = []
     # an assert must call into the program; the bomb comes first, so the probe is never read
     compiled = compile_assert(0, test if "f(" in test else test + " and f(0) == 3", names, probes)
-    start = time.process_time()
     with pytest.raises(JudgeError):
         evaluate(compiled, names, lambda i: 3, deadline=time.monotonic() + 5)
-    assert time.process_time() - start < 2.0
 
 
 def test_judging_time_counts_against_the_jobs_limit(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -345,14 +342,12 @@ def colliding(n: int) -> list:
     ],
 )
 def test_forged_values_fail_without_raising_or_stalling(tokens: object, message: str) -> None:
-    start = time.process_time()
     with pytest.raises(JudgeError, match=message):
         decode_value(tokens)
-    assert time.process_time() - start < 1.0
 
 
 def test_honest_values_round_trip_through_the_flat_encoding() -> None:
-    from rlvr.verifiers import _runner
+    from rlvr.verifiers.code import _runner
 
     for value in [None, True, -2**300, 2.5, float("-inf"), 1 - 2j, "é\n", b"\x00", [1, (2, {3})], {"a": frozenset({1})},
                   {(1, 2): [None, {}]}, [[[[]]]], (), {k * (2**61 - 1) for k in range(MAX_SAME_HASH)}]:
@@ -381,9 +376,7 @@ def test_any_token_soup_decodes_or_fails_cleanly(tokens: list) -> None:
     ],
 )
 def test_forged_lines_are_dropped_not_decoded(line: bytes) -> None:
-    start = time.process_time()
     assert parse_result_line(line) is None
-    assert time.process_time() - start < 1.0
 
 
 def test_forged_results_score_zero_end_to_end(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -395,7 +388,5 @@ def test_forged_results_score_zero_end_to_end(monkeypatch: pytest.MonkeyPatch) -
     ]
     monkeypatch.setattr(code_module, "run_job", lambda job, limits, sandbox: SandboxRun(lines=forged))
     tests = {"asserts": ["assert set(add(0, 0)) == {1}", "assert add(1, 1) == [2]", "assert add(2, 3) == 5", "assert add(1, 2) == 3"]}
-    start = time.process_time()
     report = run_python_tests(fenced("def add(a, b):\n    return a + b"), tests)
-    assert time.process_time() - start < 2.0
     assert report.score == 0.0 and all(len(r.detail) <= 100 for r in report.results), report.results

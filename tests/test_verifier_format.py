@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rlvr.verifiers import get_verifier, think_format
+from rlvr.verifiers.format import think_format
+from rlvr.verifiers.registry import get_verifier
 
 GOOD = [
     "<think>2 + 2 = 4</think> The answer is 4.",
@@ -50,7 +51,7 @@ def test_registered_and_ignores_the_answer() -> None:
 
 
 def test_brevity_pays_only_right_answers_and_shorter_ones_more() -> None:
-    from rlvr.verifiers import brevity
+    from rlvr.verifiers.conciseness import brevity
 
     worked, bare, long = "7+6=13\n\\boxed{13}", "\\boxed{13}", "Let me think. " * 20 + "\\boxed{13}"
     assert brevity(bare, "13") > brevity(worked, "13") > brevity(long, "13") > 0.0  # a long honest answer still scores

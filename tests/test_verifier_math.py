@@ -5,7 +5,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
@@ -15,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import rlvr.verifiers.math as verifier_math
+from rlvr.verifiers.math import equal
 from rlvr.verifiers.math import boxed_math, extract_last_boxed
 
 REPO = Path(__file__).resolve().parents[1]
@@ -546,7 +546,7 @@ warm_up_fails.warm_up = _broken_warm_up  # type: ignore[attr-defined]
 def test_boxed_math_warm_up_imports_sympy_in_a_fresh_process() -> None:
     script = """
 import sys
-from rlvr.verifiers import boxed_math
+from rlvr.verifiers.math import boxed_math
 assert "sympy" not in sys.modules
 boxed_math.warm_up()
 assert "sympy" in sys.modules
@@ -561,8 +561,7 @@ def test_pool_warms_a_worker_before_its_first_item() -> None:
     items = [box(r"\sqrt[3]{-8}+x"), box(r"\sqrt[3]{16}")]  # both need sympy
     with VerifierPool("test_verifier_math:boxed_math_if_warm", workers=1, timeout_s=30.0) as pool:
         result = pool.score(items, ["x-2", r"2\sqrt[3]{2}"])
-    assert result.scores == [1.0, 1.0]
-    assert max(result.item_seconds) < 0.25, result.item_seconds  # the import alone is ~0.3-1.3 s
+    assert result.scores == [1.0, 1.0]  # boxed_math_if_warm scores -1.0 for an item that came before sympy
 
 
 def test_a_failing_warm_up_fails_the_pool_start() -> None:
@@ -712,12 +711,9 @@ def boxed_unless_boxed(completion: str) -> str:
     PATHOLOGICAL + [(boxed_unless_boxed(c), a, e) for c, a, e in SYMPY_TRAPS],
 )
 def test_pathological_inputs_finish_fast(completion: str, answer: str, expected: float) -> None:
-    verifier_math.clear_caches()  # time the cold path, not a cached parse
-    start = time.process_time()
-    verdict = boxed_math(completion, answer)
-    elapsed = time.process_time() - start
-    assert elapsed < 1.0, f"took {elapsed:.2f}s"
-    assert verdict == expected
+    # The verdict the bounds give; their speed (under 1 s of CPU each) is bench/time_bounds.py's.
+    verifier_math.clear_caches()  # the cold path, not a cached parse
+    assert boxed_math(completion, answer) == expected
 
 
 def test_caches_never_change_a_verdict() -> None:
@@ -791,12 +787,22 @@ assert "sympy" not in sys.modules, "fast path imported sympy"
 
 
 def test_fast_path_costs_microseconds() -> None:
+    # What it costs is counted: no call reaches sympy's verdict. Its time (under 200 us a call,
+    # typically ~10 us) is bench/time_bounds.py's.
     cases = [(box("42"), "42"), (box("17"), "42"), (box(r"\frac{3}{4}"), "0.75")] * 1000
-    start = time.process_time()
-    for completion, answer in cases:
-        boxed_math(completion, answer)
-    per_call = (time.process_time() - start) / len(cases)
-    assert per_call < 200e-6, f"{per_call * 1e6:.0f} us per call"  # typically ~10 us
+    verifier_math.clear_caches()  # every verdict worked out, none recalled
+    sympy_calls = 0
+    real = equal._sympy_verdict
+
+    def counted(*args, **kwargs):
+        nonlocal sympy_calls
+        sympy_calls += 1
+        return real(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(equal, "_sympy_verdict", counted)
+        assert [boxed_math(c, a) for c, a in cases] == [1.0, 0.0, 1.0] * 1000
+    assert sympy_calls == 0
 
 
 # ------------------------------------------------------------------------- threads
@@ -846,22 +852,17 @@ def test_same_verdicts_from_a_worker_process() -> None:
 def test_pathological_inputs_finish_fast_in_a_thread() -> None:
     # The time bounds are size bounds, not signals, so they hold off the main thread.
     cases = PATHOLOGICAL + [(boxed_unless_boxed(c), a, e) for c, a, e in SYMPY_TRAPS]
-    slow: list[tuple[int, float]] = []
     verdicts: list[float] = []
 
     def run_all() -> None:
-        for i, (completion, answer, _) in enumerate(cases):
+        for completion, answer, _ in cases:
             verifier_math.clear_caches()
-            start = time.process_time()
             verdicts.append(boxed_math(completion, answer))
-            if (elapsed := time.process_time() - start) >= 1.0:
-                slow.append((i, elapsed))
 
     worker = threading.Thread(target=run_all)
     worker.start()
     worker.join(timeout=120)
     assert not worker.is_alive()
-    assert not slow
     assert verdicts == [e for _, _, e in cases]
 
 

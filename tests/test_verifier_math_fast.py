@@ -195,13 +195,9 @@ ADVERSARIAL = [
 def test_adversarial_same_reward_without_fast_path(
     cand: str, gold: str, reward: float, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import time
-
     same_as_sympy(cand, gold)
-    clear_caches()
-    start = time.process_time()
+    clear_caches()  # the cold path; its time (under 1 s of CPU) is bench/time_bounds.py's
     fast = boxed_math(box(cand), gold)
-    assert time.process_time() - start < 1.0
     monkeypatch.setattr(equal, "_exact_verdict", lambda cand, gold: None)
     clear_caches()
     slow = boxed_math(box(cand), gold)

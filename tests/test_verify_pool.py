@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from rlvr.verifiers import boxed_math
+from rlvr.verifiers.math import boxed_math
 from rlvr.verifiers.pool import VerifierPool, score_all
 
 
@@ -45,7 +45,18 @@ def test_scores_match_direct_calls_in_order(math_pool: VerifierPool) -> None:
     result = math_pool.score(COMPLETIONS, ANSWERS)
     assert result.scores == [boxed_math(c, a) for c, a in zip(COMPLETIONS, ANSWERS)]
     assert (result.errors, result.timeouts, result.messages) == (0, 0, [])
-    assert result.metrics()["verify/items_per_s"] > 0
+    timing = result.timing()
+    assert timing.items == len(COMPLETIONS) and 0 < timing.slowest_item_s <= timing.seconds
+    assert timing.metrics("verify/boxed_math")["verify/boxed_math/items_per_s"] == len(COMPLETIONS) / timing.seconds
+
+
+def test_the_module_doctests_hold() -> None:
+    import doctest
+
+    import rlvr.verifiers.pool
+
+    result = doctest.testmod(rlvr.verifiers.pool)
+    assert result.attempted > 0 and result.failed == 0
 
 
 def test_same_scores_from_a_thread(math_pool: VerifierPool) -> None:
@@ -58,14 +69,11 @@ def test_same_scores_from_a_thread(math_pool: VerifierPool) -> None:
 
 
 def test_a_hung_item_times_out_without_hanging_the_caller() -> None:
-    completions = ["a", "hang", "b", "c", "hang", "d"]
-    start = time.monotonic()
+    completions = ["a", "hang", "b", "c", "hang", "d"]  # returning at all is the point; how soon: bench/time_bounds.py
     result = score_all(sleepy, completions, ["a", "x", "b", "x", "x", "d"], workers=2, timeout_s=1.0)
-    elapsed = time.monotonic() - start
     assert result.scores == [1.0, None, 1.0, 0.0, None, 1.0]
     assert (result.timeouts, result.errors) == (2, 0)
     assert all("timed out" in m for m in result.messages)
-    assert elapsed < 15, f"{elapsed:.1f}s"  # two timeouts + worker restarts, not an hour
 
 
 def test_errors_are_counted_not_scored() -> None:
@@ -103,7 +111,7 @@ def test_killing_a_worker_mid_sandbox_leaves_no_process() -> None:
 
 def python_code_without_a_declared_limit(completion: str, tests: str) -> float:
     """python_code that the pool may cut short (no time_limit_s): to kill a worker mid-sandbox."""
-    from rlvr.verifiers import python_code
+    from rlvr.verifiers.code import python_code
 
     return python_code(completion, tests)
 

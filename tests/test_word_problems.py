@@ -10,9 +10,9 @@ from collections import Counter
 import pytest
 
 from rlvr.config import ConfigError, load_config
-from rlvr.pipeline import load_splits
+from rlvr.tasks import load_splits
 from rlvr.tasks.word_problems import Step, draw, make_word_splits, render, solve
-from rlvr.verifiers import boxed_math
+from rlvr.verifiers.math import boxed_math
 
 EQUATION = re.compile(r"^(\d+) ([-+*/]) (\d+) = (\d+)$")
 
@@ -109,7 +109,7 @@ def test_held_out_problems_that_leave_nothing_to_train_on_are_refused():
 
 
 def test_a_changed_before_sft_evaluation_cannot_resume():
-    from rlvr.config import changes_breaking_resume
+    from rlvr.runtime import changes_breaking_resume
 
     saved = load_config(None, ["eval.before_sft=false"])
     assert any(c.startswith("eval.before_sft") for c in changes_breaking_resume(saved, load_config(None, ["eval.before_sft=true"])))

@@ -10,7 +10,7 @@ std_scale (algo.std_scale)  what the centred reward is divided by
   group / batch / none      the group's std + eps, the batch's, or nothing (Dr. GRPO: no difficulty bias)
 
 The papers' names are points of these two: grpo = group_mean + group, dr_grpo = group_mean + none,
-rloo = leave_one_out + none (`ESTIMATORS`; the presets of the same names set them).
+rloo = leave_one_out + none (the presets of the same names set them).
 
 std is the unbiased sample std (as TRL and verl compute it). A group whose rewards are all
 equal carries no signal: its advantages are exactly 0, never NaN.
@@ -22,18 +22,12 @@ advantage is 0. The caller also leaves that completion out of the loss (`torch.i
 
 from __future__ import annotations
 
-import warnings
-
 import torch
 
 from rlvr.algorithms.registry import Registry
 
 BASELINES: Registry = Registry("baseline")
 STD_SCALES: Registry = Registry("std_scale")
-
-# The estimator names of the papers, as (baseline, std_scale): kept so that code and config files
-# written with `estimator=` keep computing what they did (`algo.estimator` is read as these two).
-ESTIMATORS = {"grpo": ("group_mean", "group"), "dr_grpo": ("group_mean", "none"), "rloo": ("leave_one_out", "none")}
 
 
 def _group_sums(r_NG: torch.Tensor, valid_NG: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -86,34 +80,22 @@ def _check(rewards: torch.Tensor, group_size: int) -> None:
 def compute_advantages(
     rewards: torch.Tensor,
     group_size: int,
-    estimator: str | None = None,
-    std_scale: str | None = None,
-    eps: float = 1e-4,
     *,
-    baseline: str | None = None,
+    baseline: str = "group_mean",
+    std_scale: str = "group",
+    eps: float = 1e-4,
 ) -> torch.Tensor:
     """Advantages for prompt-major rewards of shape (N*G,); missing rewards (NaN/inf) get 0.
 
-    `baseline` (default group_mean) and `std_scale` (default group) are the two choices.
-    `estimator` (grpo, dr_grpo, rloo) is the older spelling, deprecated: it names a baseline,
-    and the std scaling too when `std_scale` is not given.
+    `baseline` (BASELINES) and `std_scale` (STD_SCALES) are the two choices; `eps` keeps the std
+    division finite.
 
     >>> compute_advantages(torch.tensor([1.0, 0.0, 0.0, 0.0]), group_size=4, baseline="group_mean", std_scale="none")
     tensor([ 0.7500, -0.2500, -0.2500, -0.2500])
     >>> compute_advantages(torch.tensor([1.0, 0.0, float("nan"), 0.0]), group_size=4, std_scale="none")
     tensor([ 0.6667, -0.3333,  0.0000, -0.3333])
     """
-    if estimator is not None:
-        if estimator not in ESTIMATORS:
-            raise ValueError(f"estimator must be one of {list(ESTIMATORS)}, got {estimator!r}")
-        if baseline is not None:
-            raise ValueError("give baseline= (and std_scale=), or the deprecated estimator=, not both")
-        warnings.warn(
-            f"compute_advantages(estimator={estimator!r}) is deprecated: write baseline={ESTIMATORS[estimator][0]!r}, "
-            f"std_scale={std_scale or ESTIMATORS[estimator][1]!r}", DeprecationWarning, stacklevel=2,
-        )
-        baseline, std_scale = ESTIMATORS[estimator][0], std_scale or ESTIMATORS[estimator][1]
-    center, scale = BASELINES.lookup(baseline or "group_mean"), STD_SCALES.lookup(std_scale or "group")
+    center, scale = BASELINES.lookup(baseline), STD_SCALES.lookup(std_scale)
     _check(rewards, group_size)
 
     r_NG = rewards.float().view(-1, group_size)
@@ -132,7 +114,7 @@ def informative_groups(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     The others have zero advantage everywhere, hence zero policy gradient: DAPO's dynamic
     sampling (Yu et al. 2025, sec. 3.2) drops them and samples more prompts instead.
 
-    >>> informative_groups(torch.tensor([1.0, 1.0, 0.0, 1.0, float("nan"), 1.0]), group_size=3)
+    >>> informative_groups(torch.tensor([1.0, 1.0, 1.0, 1.0, float("nan"), 0.0]), group_size=3)
     tensor([False,  True])
     """
     _check(rewards, group_size)

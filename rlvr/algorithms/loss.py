@@ -3,6 +3,7 @@
 `policy_loss` = ratio (RATIO_LEVELS) -> per-token surrogate (surrogate.SURROGATES: the clipped ratio,
 CISPO, ...) -> the shared tail: dual clip, KL (KL_ESTIMATORS), entropy bonus, aggregation
 (AGGREGATIONS). Each choice is a registered function; the config's allowed values are their names.
+The choices travel together as one `LossSettings`, checked once when built.
 
 Pure functions over (B, T) tensors: B completions, T completion positions, `mask_BT` 1 on real
 completion tokens (up to and including EOS) and 0 on padding. Masked positions are removed with
@@ -15,6 +16,8 @@ tokens are distributed (per-micro-batch normalisation silently gave wrong gradie
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
@@ -168,77 +171,99 @@ def truncated_is_weights(old_logp_BT: torch.Tensor, sample_logp_BT: torch.Tensor
     return torch.where(mask, weights, torch.zeros_like(weights)), capped & mask
 
 
+@dataclass(frozen=True)
+class LossSettings:
+    """Every choice `policy_loss` makes, as one value built once per run (`update.UpdateSettings`
+    holds the run's). Checked when built, so a bad name or combination fails before any forward.
+
+    >>> LossSettings(surrogate="cispo", clip_high=0.28).aggregation
+    'seq_mean_token_mean'
+    >>> LossSettings(surrogate="cispo", dual_clip=3.0)
+    Traceback (most recent call last):
+    ...
+    ValueError: dual_clip caps the clipped-ratio loss; surrogate 'cispo' does not support it
+    """
+
+    surrogate: str = "ppo_clip"  # a SURROGATES name: the per-token objective
+    ratio_level: str = "token"  # a RATIO_LEVELS name: one ratio per token, or one per completion (GSPO)
+    clip_low: float = 0.2  # the ratio's clip range is [1 - clip_low, 1 + clip_high]
+    clip_high: float = 0.2
+    # c > 1 (Ye et al. 2020, "Mastering Complex Control in MOBA Games"; verl's clip_ratio_c = 3): for
+    # A < 0 the per-token loss is capped at -c * A, so one token whose ratio exploded cannot dominate
+    # the batch. Only surrogates registered with dual_clip=True accept it. None = off.
+    dual_clip: float | None = None
+    aggregation: str = "seq_mean_token_mean"  # an AGGREGATIONS name
+    max_completion_length: int | None = None  # L_max: the "constant" aggregation divides by N * L_max
+    kl_coef: float = 0.0  # beta of the KL(policy || reference) term in the loss (0 = none)
+    kl_estimator: str = "k3"  # a KL_ESTIMATORS name
+    entropy_coef: float = 0.0  # weight of the entropy bonus (0 = none)
+
+    def __post_init__(self) -> None:
+        for registry, name in ((SURROGATES, self.surrogate), (RATIO_LEVELS, self.ratio_level),
+                               (AGGREGATIONS, self.aggregation), (KL_ESTIMATORS, self.kl_estimator)):
+            registry.lookup(name)  # raises, naming the setting and its choices
+        if self.dual_clip is not None:
+            if self.dual_clip <= 1.0:
+                raise ValueError(f"dual_clip must be > 1 (it caps the loss of negative advantages at -c * A), got {self.dual_clip}")
+            if not SURROGATES.trait(self.surrogate, "dual_clip", False):
+                raise ValueError(f"dual_clip caps the clipped-ratio loss; surrogate {self.surrogate!r} does not support it")
+
+
 def policy_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
+    settings: LossSettings,
     *,
-    surrogate: str = "ppo_clip",
-    ratio_level: str = "token",
-    clip_low: float = 0.2,
-    clip_high: float = 0.2,
-    dual_clip: float | None = None,
-    aggregation: str = "seq_mean_token_mean",
-    max_completion_length: int | None = None,
     ref_logp: torch.Tensor | None = None,
-    kl_coef: float = 0.0,
-    kl_estimator: str = "k3",
     entropy: torch.Tensor | None = None,
-    entropy_coef: float = 0.0,
     normalizer: float | None = None,
     is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """A per-token surrogate (default PPO's clipped ratio) plus optional KL and entropy terms, aggregated.
+    """A per-token surrogate (default PPO's clipped ratio) plus optional KL and entropy terms, aggregated
+    as `settings` (LossSettings) says. Returns the scalar loss and detached metrics.
 
     Per token, with the default surrogate (Schulman et al. 2017):
     -min(rho * A, clip(rho, 1 - clip_low, 1 + clip_high) * A) + kl_coef * KL - entropy_coef * H,
     with rho = pi / pi_old per token, or one ratio per sequence (GSPO, Zheng et al. 2025:
-    rho_i = exp(mean_t(log pi - log pi_old))). `surrogate` names another registered one
-    (`rlvr.algorithms.surrogate.SURROGATES`, e.g. "cispo"). Returns the scalar loss and detached metrics.
+    rho_i = exp(mean_t(log pi - log pi_old))).
 
-    dual_clip = c > 1 (Ye et al. 2020, "Mastering Complex Control in MOBA Games"; verl's
-    clip_ratio_c = 3): for A < 0 the per-token loss is capped at -c * A, so one token whose ratio
-    exploded cannot dominate the batch. Only surrogates registered with dual_clip=True accept it.
-
-    `entropy` is the policy's per-token entropy (B, T) with its graph (see
-    `update.completion_logprobs(..., with_entropy=True)`); entropy_coef > 0 rewards keeping it.
+    `ref_logp` (B, T), the reference's log-probs, is needed when settings.kl_coef != 0. `entropy`
+    is the policy's per-token entropy (B, T) with its graph (see
+    `logprobs.completion_logprobs(..., with_entropy=True)`), needed when settings.entropy_coef != 0.
 
     `is_weights` (B, T), no graph (`truncated_is_weights`) multiply each token's surrogate loss, after
     clipping, not the KL or entropy terms: the correction is for who sampled the tokens.
+
+    `normalizer` is the aggregation's denominator; pass the whole batch's to each micro-batch.
 
     A row whose advantage is NaN or inf (a missing reward) is left out like padding.
 
     With one optimisation pass rho == 1 and advantages are centred, so the loss value is ~0
     while its gradient is not: the metrics carry the parts that explain it.
     """
-    per_token = SURROGATES.lookup(surrogate)
-    level = RATIO_LEVELS.lookup(ratio_level)
-    AGGREGATIONS.lookup(aggregation)
+    per_token = SURROGATES.lookup(settings.surrogate)
+    level = RATIO_LEVELS.lookup(settings.ratio_level)
     if logp.shape != old_logp.shape or logp.shape != mask.shape or advantages.shape != logp.shape[:1]:
         raise ValueError(
             f"shapes: logp {tuple(logp.shape)}, old_logp {tuple(old_logp.shape)}, mask {tuple(mask.shape)} "
             f"must be (B, T) and advantages {tuple(advantages.shape)} must be (B,)"
         )
-    if kl_coef != 0.0 and ref_logp is None:
+    if settings.kl_coef != 0.0 and ref_logp is None:
         raise ValueError("kl_coef > 0 needs ref_logp")
-    if entropy_coef != 0.0 and entropy is None:
+    if settings.entropy_coef != 0.0 and entropy is None:
         raise ValueError("entropy_coef != 0 needs entropy (per-token policy entropy with its graph)")
-    if dual_clip is not None:
-        if dual_clip <= 1.0:
-            raise ValueError(f"dual_clip must be > 1 (it caps the loss of negative advantages at -c * A), got {dual_clip}")
-        if not SURROGATES.trait(surrogate, "dual_clip", False):
-            raise ValueError(f"dual_clip caps the clipped-ratio loss; surrogate {surrogate!r} does not support it")
     finite_B = torch.isfinite(advantages)
     mask = mask.bool() & finite_B.unsqueeze(1)
     advantages = torch.where(finite_B, advantages, torch.zeros_like(advantages))
 
     ratio_BT = torch.exp(level(torch.where(mask, logp - old_logp, torch.zeros_like(logp)), mask))
     adv_B1 = advantages.unsqueeze(1)
-    loss_BT, clipped_BT = per_token(logp, ratio_BT, adv_B1, clip_low=clip_low, clip_high=clip_high)
+    loss_BT, clipped_BT = per_token(logp, ratio_BT, adv_B1, clip_low=settings.clip_low, clip_high=settings.clip_high)
     metrics = {}
-    if dual_clip is not None:
-        cap_BT = -dual_clip * adv_B1.expand_as(loss_BT)
+    if settings.dual_clip is not None:
+        cap_BT = -settings.dual_clip * adv_B1.expand_as(loss_BT)
         dual_BT = (adv_B1 < 0) & (loss_BT > cap_BT)
         loss_BT = torch.where(dual_BT, cap_BT, loss_BT)
         metrics["loss/dual_clip_frac"] = (dual_BT & mask).sum() / mask.sum().clamp(min=1)
@@ -246,15 +271,15 @@ def policy_loss(
         loss_BT = loss_BT * is_weights.detach()
 
     if ref_logp is not None:
-        kl_BT = kl_estimate(logp, ref_logp, kl_estimator)
-        loss_BT = loss_BT + kl_coef * kl_BT
+        kl_BT = kl_estimate(logp, ref_logp, settings.kl_estimator)
+        loss_BT = loss_BT + settings.kl_coef * kl_BT
         metrics["loss/kl"] = masked_mean(kl_BT.detach(), mask)
     if entropy is not None:
-        if entropy_coef != 0.0:
-            loss_BT = loss_BT - entropy_coef * entropy
+        if settings.entropy_coef != 0.0:
+            loss_BT = loss_BT - settings.entropy_coef * entropy
         metrics["loss/entropy"] = masked_mean(entropy.detach(), mask)
 
-    loss = aggregate(loss_BT, mask, aggregation, max_completion_length, normalizer)
+    loss = aggregate(loss_BT, mask, settings.aggregation, settings.max_completion_length, normalizer)
     with torch.no_grad():
         metrics.update(
             {

@@ -15,8 +15,8 @@ def overlong_penalty(lengths_B: torch.Tensor, max_length: int, buffer: int, fact
     L_max is the generation limit, so a truncated completion always gets the full penalty, and a
     completion that is merely long gets a graded nudge instead of the cliff of a 0 reward.
 
-    >>> overlong_penalty(torch.tensor([10, 16, 18, 20]), max_length=20, buffer=4)
-    tensor([ 0.0000,  0.0000, -0.5000, -1.0000])
+    >>> overlong_penalty(torch.tensor([10, 17, 18, 20]), max_length=20, buffer=4)
+    tensor([ 0.0000, -0.2500, -0.5000, -1.0000])
     """
     if not 0 < buffer <= max_length:
         raise ValueError(f"buffer (L_cache) must be in (0, max_length={max_length}], got {buffer}")

@@ -14,30 +14,23 @@ pass_at_k.png (pass@k and maj@k against k, one colour per model).
 from __future__ import annotations
 
 import json
-from datetime import datetime
 from pathlib import Path
 
 from rich.table import Table
 
-from rlvr.config import Config, ConfigError, atomic_write_text, load_config, with_overrides
+from rlvr.config import Config, ConfigError, load_config, with_overrides
 from rlvr.data import Example, read_jsonl
+from rlvr.files import atomic_write_text
 from rlvr.metrics import Reporter, plot_pass_at_k, plot_thinking_budget
 from rlvr.models import resolve_device
-from rlvr.reward import answer_check, build_reward_terms, close_reward_terms, correctness_term, other_terms
+from rlvr.reward import answer_check, build_reward_terms, close_reward_terms, correctness_name, correctness_term, other_terms
+from rlvr.runtime import apply_run_settings, evaluation_options, forward_precision, new_run_dir
 from rlvr.sources import ModelSource, resolve_model
 from rlvr.stages.evaluate import EvalResult, evaluate, num_batches, percent, write_eval
+from rlvr.tasks import load_splits
 
 
 DEFAULT_SAMPLES = 8  # when neither --samples nor the config's eval.samples says
-
-
-def make_out_dir(out: str | None, kind: str) -> Path:
-    """--out, or runs/<kind>-<time>, created; a file there is refused."""
-    out_dir = Path(out or f"runs/{kind}-{datetime.now():%Y%m%d-%H%M%S}")
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ConfigError(f"--out: {out_dir} is a file, not a directory")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    return out_dir
 
 
 def eval_config(source: ModelSource, config_path: str | None, overrides: list[str]) -> Config:
@@ -54,9 +47,8 @@ def held_out_problems(cfg: Config, data: str | None) -> tuple[list[Example], str
     """The problems to evaluate on and where they come from: --data, else the config's held-out split."""
     if data:
         return read_jsonl(data, cfg.data, answer_ok=answer_check(cfg.reward)), data
-    from rlvr.pipeline import load_splits  # late: the pipeline imports this package's siblings
-
-    where = f"held-out split of {cfg.data.train_path}" if cfg.data.source == "jsonl" else f"arithmetic held-out split (seed {cfg.run.seed})"
+    task = "data.mix" if cfg.data.mix else cfg.data.source
+    where = f"held-out split of {cfg.data.train_path}" if cfg.data.source == "jsonl" else f"{task} held-out split (seed {cfg.run.seed})"
     if cfg.data.eval_path:
         where = cfg.data.eval_path
     return load_splits(cfg)[1], where
@@ -66,8 +58,6 @@ def evaluate_source(source: ModelSource, cfg: Config, problems: list[Example], t
                     budgets: list[int] | None = None) -> EvalResult | dict[int, EvalResult]:
     """Load `source` and evaluate it under cfg.eval (forwards under run.autocast, as in training);
     with `budgets`, once per thinking budget ({budget: result}, -1: none)."""
-    from rlvr.pipeline import apply_run_settings, evaluation_options, forward_precision
-
     apply_run_settings(cfg)
     device = resolve_device(cfg.run.device)
     model, tokenizer = source.load(cfg.run.dtype, str(device))
@@ -102,7 +92,7 @@ def run_eval(spec: str, overrides: list[str], reporter: Reporter, *, config_path
     if not cfg.eval.samples and compare:
         reporter.print("[yellow]note:[/] eval.samples = 0: comparing greedy accuracy only (pass@k needs --samples N)")
     problems, where = held_out_problems(cfg, data)
-    out_dir = make_out_dir(out, "eval")
+    out_dir = new_run_dir("eval", out)
     terms = build_reward_terms(cfg.reward)
     try:
         results = {}
@@ -117,7 +107,7 @@ def run_eval(spec: str, overrides: list[str], reporter: Reporter, *, config_path
     summary = {
         "problems": {"count": next(iter(results.values())).num_problems, "source": where},
         "settings": {"samples": cfg.eval.samples, "temperature": cfg.eval.temperature, "top_p": cfg.eval.top_p, "k": cfg.eval.ks(),
-                     "max_new_tokens": cfg.eval.max_new_tokens, "seed": cfg.run.seed, "correctness": correctness_name(cfg)},
+                     "max_new_tokens": cfg.eval.max_new_tokens, "seed": cfg.run.seed, "correctness": correctness_name(cfg.reward)},
         "models": {label: {"source": src.description, **results[label].summary()} for label, src in (("model", source), ("compare", other)) if src},
     }
     atomic_write_text(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
@@ -128,12 +118,6 @@ def run_eval(spec: str, overrides: list[str], reporter: Reporter, *, config_path
     reporter.print(comparison_table(results, {"model": source, "compare": other}))
     reporter.print(f"written to [bold]{out_dir}[/]")
     return summary
-
-
-def correctness_name(cfg: Config) -> str:
-    """The correctness term's metric name (reward/<name>): a registered name, or an import path's function name."""
-    spec = cfg.reward.correctness or cfg.reward.functions[0]
-    return spec.rpartition(":")[2].rpartition(".")[2].strip()
 
 
 def comparison_table(results: dict[str, EvalResult], sources: dict[str, ModelSource | None]) -> Table:
@@ -183,7 +167,7 @@ def run_budgets(spec: str, overrides: list[str], reporter: Reporter, budgets: li
     source = resolve_model(spec)
     cfg = eval_config(source, config_path, overrides)
     problems, where = held_out_problems(cfg, data)
-    out_dir = make_out_dir(out, "eval-budget")
+    out_dir = new_run_dir("eval-budget", out)
     terms = build_reward_terms(cfg.reward)
     try:
         results = evaluate_source(source, cfg, problems, terms, reporter, "model", budgets=[-1, *sorted(set(budgets))])

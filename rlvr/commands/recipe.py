@@ -40,24 +40,29 @@ import json
 import re
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from rich.table import Table
 
 from rlvr.checkpoint import fault_point
-from rlvr.config import Config, ConfigError, read_toml, atomic_write_text, load_config
+from rlvr.commands.evaluate import evaluate_into
+from rlvr.commands.rft import loadable_path, sft_on_traces, student_settings
+from rlvr.config import Config, ConfigError, load_config, read_toml
+from rlvr.config_paths import path_next_to, resolve_input_paths
+from rlvr.files import atomic_write_text
 from rlvr.metrics import NOT_TERMS, Reporter, read_jsonl_records
-from rlvr.models import build_char_tokenizer, build_tiny_model, save_pretrained
-from rlvr.commands.evaluate import correctness_name
+from rlvr.models import save_pretrained
+from rlvr.pipeline import run as run_pipeline
+from rlvr.reward import correctness_name
+from rlvr.runtime import draw_report, new_run_dir, run_dir_name, tiny_lab_model
 from rlvr.sources import resolve_model
 from rlvr.stages.evaluate import percent, present_mean
 
-KINDS = ("sft", "rl", "rft", "distill", "eval")
 STAGE_KEYS = {"name", "kind", "base", "student", "teacher", "data"}  # besides config tables
 KIND_KEYS = {"rft": {"base"}, "distill": {"student", "teacher"}, "eval": {"data"}}
 RECIPE_FILE, DONE = "recipe.toml", "stage.json"
+RECIPE_HOME = "recipe_dir.txt"  # the recipe file's directory: relative paths in the copy still mean paths from there
 
 
 @dataclass
@@ -75,16 +80,19 @@ class Recipe:
     stages: list[StageSpec]
 
 
-def load_recipe(path: str | Path) -> Recipe:
-    """Parse and check a recipe; ConfigError naming the file, the stage and the key."""
+def load_recipe(path: str | Path, home: Path | None = None) -> Recipe:
+    """Parse and check a recipe; ConfigError naming the file, the stage and the key. Relative
+    paths in it (config settings and stage options) mean paths next to `home`, by default the
+    file's directory (rlvr.config_paths); a resumed recipe's copy passes its original's."""
     path = Path(path)
+    home = path.parent if home is None else home
     table = read_toml(path, "recipe file")
     unknown = set(table) - {"defaults", "stage", "description"}
     if unknown:
         raise ConfigError(f"{path}: unknown top-level key(s) {sorted(unknown)}; a recipe has [defaults] and [[stage]] tables")
     stages_raw = table.get("stage")
     if not isinstance(stages_raw, list) or not stages_raw:
-        raise ConfigError(f"{path}: no stages: add [[stage]] tables, each with a name and a kind ({', '.join(KINDS)})")
+        raise ConfigError(f"{path}: no stages: add [[stage]] tables, each with a name and a kind ({', '.join(STAGE_KINDS)})")
     sections = {f.name for f in Config.__dataclass_fields__.values()}
     stages: list[StageSpec] = []
     for i, raw in enumerate(stages_raw, start=1):
@@ -97,9 +105,9 @@ def load_recipe(path: str | Path) -> Recipe:
             raise ConfigError(f"{where}: a stage cannot be named like the config section {name!r}")
         if any(s.name == name for s in stages):
             raise ConfigError(f"{where}: the name {name!r} is used by an earlier stage")
-        if kind not in KINDS:
-            raise ConfigError(f"{where}: kind {kind!r} is not one of {list(KINDS)}")
-        options = {k: v for k, v in raw.items() if k in STAGE_KEYS - {"name", "kind"}}
+        if kind not in STAGE_KINDS:
+            raise ConfigError(f"{where}: kind {kind!r} is not one of {list(STAGE_KINDS)}")
+        options = {k: path_next_to(v, home) if isinstance(v, str) else v for k, v in raw.items() if k in STAGE_KEYS - {"name", "kind"}}
         for key, value in options.items():
             if key not in KIND_KEYS.get(kind, set()):
                 raise ConfigError(f"{where}: {key!r} applies to stages of kind {[k for k, keys in KIND_KEYS.items() if key in keys]}, not {kind!r}")
@@ -107,7 +115,7 @@ def load_recipe(path: str | Path) -> Recipe:
                 raise ConfigError(f"{where}: {key} must be a string, got {value!r}")
         if kind == "distill" and "student" not in options:
             raise ConfigError(f"{where}: a distill stage needs a student (a model, or tiny:key=value,...)")
-        settings = {k: v for k, v in raw.items() if k not in STAGE_KEYS}
+        settings = resolve_input_paths({k: v for k, v in raw.items() if k not in STAGE_KEYS}, home)
         for key in settings:
             if key not in sections:
                 raise ConfigError(f"{where}: unknown key {key!r} (stage keys: {sorted(STAGE_KEYS)}; config sections: {sorted(sections)})")
@@ -115,7 +123,7 @@ def load_recipe(path: str | Path) -> Recipe:
     defaults = table.get("defaults", {})
     if not isinstance(defaults, dict):
         raise ConfigError(f"{path}: [defaults] must be a table of config settings")
-    recipe = Recipe(path, defaults, stages)
+    recipe = Recipe(path, resolve_input_paths(defaults, home), stages)
     check_stages(recipe, [])
     return recipe
 
@@ -123,8 +131,6 @@ def load_recipe(path: str | Path) -> Recipe:
 def check_stages(recipe: Recipe, overrides: list[str]) -> None:
     """Everything about every stage that can be checked before anything runs: its settings (with
     the overrides, and what the recipe itself will set), its options, and that it trains something."""
-    from rlvr.commands.rft import student_settings
-
     names = {s.name for s in recipe.stages}
     for text in overrides:
         first = text.split("=", 1)[0].strip()
@@ -178,21 +184,20 @@ def run_recipe(path: str | None, overrides: list[str], reporter: Reporter, *, ou
             raise ConfigError(f"--resume: the recipe is {out_dir / RECIPE_FILE}; give no recipe file with --resume")
         saved = json.loads((out_dir / "overrides.json").read_text()) if (out_dir / "overrides.json").is_file() else []
         overrides = [*saved, *overrides]  # later ones win; kept for the next resume too
-        recipe = load_recipe(out_dir / RECIPE_FILE)
+        recipe = load_recipe(out_dir / RECIPE_FILE, Path((out_dir / RECIPE_HOME).read_text()))
         check_stages(recipe, overrides)
         atomic_write_text(out_dir / "overrides.json", json.dumps(overrides) + "\n")
     else:
         if not path:
             raise ConfigError("give a recipe file (or --resume DIR)")
         recipe = load_recipe(path)
-        out_dir = Path(out or f"runs/recipe-{Path(path).stem}-{datetime.now():%Y%m%d-%H%M%S}").resolve()
+        out_dir = Path(out or run_dir_name(f"recipe-{Path(path).stem}")).resolve()
         if (out_dir / RECIPE_FILE).exists():
             raise ConfigError(f"--out: {out_dir} already holds a recipe run; continue it with --resume {out_dir}, or choose another --out")
-        if out_dir.exists() and not out_dir.is_dir():
-            raise ConfigError(f"--out: {out_dir} is a file, not a directory")
         check_stages(recipe, overrides)  # the overrides too are valid for every stage
-        out_dir.mkdir(parents=True, exist_ok=True)
+        new_run_dir("recipe", out_dir)
         atomic_write_text(out_dir / "overrides.json", json.dumps(overrides) + "\n")
+        atomic_write_text(out_dir / RECIPE_HOME, str(recipe.path.parent.resolve()))
         atomic_write_text(out_dir / RECIPE_FILE, recipe.path.read_text())  # last: its presence marks a started recipe
     start = starting_model(recipe, overrides, out_dir)
     current, rows = start, []
@@ -209,24 +214,17 @@ def run_recipe(path: str | None, overrides: list[str], reporter: Reporter, *, ou
             row["seconds"] = round(time.perf_counter() - started, 1)
             atomic_write_text(done, json.dumps(row, indent=2) + "\n")
             fault_point("recipe_stage_done")
-            _draw_report(out_dir, reporter)
+            draw_report(out_dir, reporter)  # the stage table and plot, each stage linked to its own report
         current = row["model"]
         rows.append(row)
     summary = {"recipe": str(recipe.path), "out": str(out_dir), "starting_model": start, "stages": rows}
     atomic_write_text(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
-    _draw_report(out_dir, reporter)
+    draw_report(out_dir, reporter)
     reporter.print(recipe_table(rows))
     terms = reward_terms_table(rows)
     if terms is not None:
         reporter.print(terms)
     return summary
-
-
-def _draw_report(out_dir: Path, reporter: Reporter) -> None:
-    """<out>/report.html: the stage table and plot, each stage linked to its own report."""
-    from rlvr.pipeline import draw_report
-
-    draw_report(out_dir, reporter)
 
 
 def starting_model(recipe: Recipe, overrides: list[str], out_dir: Path) -> str:
@@ -236,17 +234,15 @@ def starting_model(recipe: Recipe, overrides: list[str], out_dir: Path) -> str:
         return cfg.model.path
     init = out_dir / "init"
     if not (init / "config.json").is_file():
-        tokenizer = build_char_tokenizer(thinking=cfg.task.format != "plain", code=cfg.data.source == "code")
         tmp = out_dir / ".init.tmp"
-        save_pretrained(build_tiny_model(tokenizer, cfg.model.tiny, cfg.run.seed), tokenizer, tmp)
+        save_pretrained(*tiny_lab_model(cfg), tmp)
         tmp.replace(init)
     return str(init)
 
 
 def run_stage(recipe: Recipe, stage: StageSpec, overrides: list[str], current: str, start: str, stage_dir: Path, reporter: Reporter) -> dict:
     """Run one stage on the current model; returns its summary row (with `model`: its output model)."""
-    run = {"sft": _train_stage, "rl": _train_stage, "rft": _traces_stage, "distill": _traces_stage, "eval": _eval_stage}[stage.kind]
-    return run(recipe, stage, overrides, current, start, stage_dir, reporter)
+    return STAGE_KINDS[stage.kind](recipe, stage, overrides, current, start, stage_dir, reporter)
 
 
 def _here(stage_dir: Path) -> list[str]:
@@ -256,8 +252,6 @@ def _here(stage_dir: Path) -> list[str]:
 
 def _train_stage(recipe: Recipe, stage: StageSpec, overrides: list[str], current: str, start: str, stage_dir: Path, reporter: Reporter) -> dict:
     """sft or rl: `rlvr train` on the current model, SFT only or RL only."""
-    from rlvr.pipeline import run as run_pipeline
-
     only = ["train.steps=0"] if stage.kind == "sft" else ["sft.steps=0"]
     only += ["eval.before_rl=true", "eval.after_rl=true"]  # the stage table compares them
     cfg = stage_config(recipe, stage, overrides, [f"model.path={json.dumps(current)}", *_here(stage_dir), *only])
@@ -269,15 +263,13 @@ def _train_stage(recipe: Recipe, stage: StageSpec, overrides: list[str], current
         row["held_out_terms"] = {name: {"before": _samples_or_greedy(before, name), "after": _samples_or_greedy(final, name)}
                                  for name in final.get("terms", {})}
         mean = f"mean@{cfg.eval.samples}"
-        row["held_out_terms"][correctness_name(cfg)] = {"before": before["sampled"].get(mean, before["accuracy"]),
+        row["held_out_terms"][correctness_name(cfg.reward)] = {"before": before["sampled"].get(mean, before["accuracy"]),
                                                        "after": final["sampled"].get(mean, final["accuracy"])}
     return row
 
 
 def _traces_stage(recipe: Recipe, stage: StageSpec, overrides: list[str], current: str, start: str, stage_dir: Path, reporter: Reporter) -> dict:
     """rft or distill: the current model's (or `teacher`'s) verified traces SFT a fresh model."""
-    from rlvr.commands.rft import loadable_path, sft_on_traces, student_settings
-
     stage_dir.mkdir(parents=True, exist_ok=True)
     teacher = stage.options.get("teacher", current)
     if stage.kind == "rft":
@@ -296,11 +288,14 @@ def _traces_stage(recipe: Recipe, stage: StageSpec, overrides: list[str], curren
 
 def _eval_stage(recipe: Recipe, stage: StageSpec, overrides: list[str], current: str, start: str, stage_dir: Path, reporter: Reporter) -> dict:
     """eval: the current model evaluated, unchanged."""
-    from rlvr.commands.evaluate import evaluate_into
-
     cfg = stage_config(recipe, stage, overrides, [f"model.path={json.dumps(current)}", *_here(stage_dir)])
     result = evaluate_into(resolve_model(current, f"stage {stage.name}"), cfg, stage.options.get("data"), stage_dir, reporter)
     return _row(stage, Path(current), result, stage_dir)
+
+
+# What a [[stage]] of each kind runs: the current model in, its summary row (with `model`, the next
+# stage's input) out. A new kind is one function here, its options in KIND_KEYS.
+STAGE_KINDS = {"sft": _train_stage, "rl": _train_stage, "rft": _traces_stage, "distill": _traces_stage, "eval": _eval_stage}
 
 
 def _row(stage: StageSpec, model: Path, final: dict, stage_dir: Path) -> dict:

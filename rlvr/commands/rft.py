@@ -24,21 +24,24 @@ from __future__ import annotations
 
 import hashlib
 import json
-from datetime import datetime
 from pathlib import Path
 
 from rich.table import Table
 
-from rlvr.checkpoint import STAGE_PREFIX, is_complete
+from rlvr.checkpoint import PHASE_PREFIX, is_complete
 from rlvr.commands.evaluate import eval_config, evaluate_source
-from rlvr.config import Config, ConfigError, atomic_write_text, to_toml, with_overrides
+from rlvr.config import Config, ConfigError, to_toml, with_overrides
 from rlvr.errors import RunStopped
+from rlvr.files import atomic_write_text
 from rlvr.metrics import Reporter
 from rlvr.models import resolve_device, save_pretrained
+from rlvr.pipeline import run as run_pipeline
 from rlvr.reward import build_reward_terms, close_reward_terms, correctness_term, other_terms
+from rlvr.runtime import apply_run_settings, data_fingerprint, forward_precision, new_run_dir
 from rlvr.sources import ModelSource, resolve_model
 from rlvr.stages.evaluate import EvalResult, key_figures, percent, write_eval
 from rlvr.stages.rejection import as_data_row, choose_prompts, rejection_sample
+from rlvr.tasks import load_splits
 
 TRACES, HELD_OUT, TRACES_REPORT = "traces.jsonl", "held_out.jsonl", "traces_report.json"
 
@@ -56,7 +59,7 @@ def run_rft(source_spec: str, overrides: list[str], reporter: Reporter, *, base:
         if source.run_dir is None or source.run_config is None:
             raise ConfigError(f"--base: {source_spec} is a model, not a run, so it has no starting model; name the model to fine-tune with --base")
         base = f"{source.run_dir}@start"
-    out_dir = _out_dir(out, "rft")
+    out_dir = new_run_dir("rft", out).resolve()  # resolved: the paths its config records must not depend on how a rerun spells --out
     fresh = loadable_path(resolve_model(base, "--base"), out_dir / "base")
     return sft_on_traces("rft", source, cfg, out_dir, [f"model.path={json.dumps(fresh)}"], reporter, base)
 
@@ -65,7 +68,7 @@ def run_distill(teacher_spec: str, student: str, overrides: list[str], reporter:
     """Distillation: the teacher's verified traces SFT the student (a model, or `tiny[:key=value,...]`,
     a fresh tiny model of that shape), with the token-level KL term when distill.kl_coef > 0."""
     teacher = resolve_model(teacher_spec, "--teacher")
-    out_dir = _out_dir(out, "distill")
+    out_dir = new_run_dir("distill", out).resolve()  # resolved, as in run_rft
     cfg = eval_config(teacher, None, [f"distill.teacher={json.dumps(teacher_spec)}", *overrides])
     return sft_on_traces("distill", teacher, cfg, out_dir, student_settings(student, out_dir / "student"), reporter, student)
 
@@ -77,15 +80,6 @@ def student_settings(student: str, where: Path) -> list[str]:
     if student == "tiny" or student.startswith("tiny:"):
         return ['model.path=""', *(f"model.tiny.{item.strip()}" for item in student[5:].split(",") if item.strip())]
     return [f"model.path={json.dumps(loadable_path(resolve_model(student, 'student'), where))}"]
-
-
-def _out_dir(out: str | None, command: str) -> Path:
-    # resolved: the paths recorded in its config must not depend on how a rerun spells --out
-    out_dir = Path(out or f"runs/{command}-{datetime.now():%Y%m%d-%H%M%S}").resolve()
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ConfigError(f"--out: {out_dir} is a file, not a directory")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    return out_dir
 
 
 def loadable_path(source: ModelSource, where: Path) -> str:
@@ -105,8 +99,6 @@ def sft_on_traces(kind: str, source: ModelSource, cfg: Config, out_dir: Path, mo
     """Rejection-sample `source` under cfg.rft, then SFT the fresh model that `model_settings`
     name (model.path / model.tiny.*) on the traces in `out_dir`, and report; with `compare` the
     source (and for rft the model RL started from) are evaluated beside it. Resumable in out_dir."""
-    from rlvr.pipeline import load_splits, run as run_pipeline
-
     sft_cfg = _sft_config(cfg, out_dir, model_settings)  # a bad SFT setting stops here, before any sampling
     train, held_out = load_splits(cfg)
     terms = build_reward_terms(cfg.reward)
@@ -140,8 +132,6 @@ def sft_on_traces(kind: str, source: ModelSource, cfg: Config, out_dir: Path, mo
 
 def _traces(source: ModelSource, cfg: Config, train, held_out, out_dir: Path, terms, reporter: Reporter) -> dict:
     """traces.jsonl and held_out.jsonl (written once; a rerun reuses them if made with the same settings)."""
-    from rlvr.pipeline import data_fingerprint
-
     settings = {"source": source.identity, "rft": dict(cfg.rft.__dict__), "max_new_tokens": cfg.rollout.max_new_tokens, "seed": cfg.run.seed,
                 "reward": to_toml(cfg.reward), "problems": data_fingerprint(train), "held_out": data_fingerprint(held_out),
                 "stop": list(cfg.rollout.stop), "chat_template_kwargs": dict(cfg.data.chat_template_kwargs),
@@ -153,16 +143,14 @@ def _traces(source: ModelSource, cfg: Config, train, held_out, out_dir: Path, te
             raise ConfigError(f"--out: {out_dir} holds traces made with other settings ({report.get('settings')}); choose another --out")
         reporter.print(f"reusing {report['kept']} traces in {out_dir / TRACES}")
         return report
-    from rlvr.pipeline import apply_run_settings, forward_precision
-
     apply_run_settings(cfg)
     device = resolve_device(cfg.run.device)
     model, tokenizer = source.load(cfg.run.dtype, str(device))
     prompts = choose_prompts(train, cfg.rft.prompts, cfg.run.seed)
     total = -(-len(prompts) // max(1, cfg.rft.batch_size // cfg.rft.samples))
     with forward_precision(cfg, device), reporter.phase("sample", total) as bar:
-        traces = rejection_sample(model, tokenizer, prompts, cfg.data, cfg.rft, cfg.rollout.max_new_tokens, correctness_term(terms), bar,
-                                  source=source.spec, seed=cfg.run.seed, engine=cfg.rollout.engine, stops=cfg.rollout.stop,
+        traces = rejection_sample(model, tokenizer, prompts, cfg.data, cfg.rft, cfg.rft.sampling(cfg.rollout.max_new_tokens, cfg.rollout.stop),
+                                  correctness_term(terms), bar, source=source.spec, seed=cfg.run.seed, engine=cfg.rollout.engine,
                                   others=other_terms(terms))
     report = {**traces.report, "settings": settings}
     if not traces.rows:
@@ -193,7 +181,7 @@ def _sft_config(cfg: Config, out_dir: Path, model_settings: list[str]) -> Config
 def _rl_start(source: ModelSource) -> ModelSource | None:
     """The model a run's RL started from: after its cold-start SFT, else its starting model."""
     assert source.run_dir is not None and source.run_config is not None
-    if is_complete(source.run_dir / "checkpoints" / f"{STAGE_PREFIX}sft"):
+    if is_complete(source.run_dir / "checkpoints" / f"{PHASE_PREFIX}sft"):
         return resolve_model(f"{source.run_dir}@sft")
     return resolve_model(f"{source.run_dir}@start") if source.run_config.train.steps else None
 

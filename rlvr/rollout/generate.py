@@ -17,9 +17,10 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from rlvr.errors import RunStopped
 from rlvr.rollout.controls import ThinkingBudget, ends_with
 from rlvr.rollout.engines import make_engine
-from rlvr.errors import RunStopped
+from rlvr.sampling import Sampling
 
 
 @dataclass
@@ -149,27 +150,24 @@ def generate(
     model: PreTrainedModel,
     prompt_ids_NP: torch.Tensor,
     prompt_mask_NP: torch.Tensor,
+    sampling: Sampling,
     *,
-    max_new_tokens: int,
     eos_id: int,
     pad_id: int,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    greedy: bool = False,
     generator: torch.Generator | None = None,
-    group_size: int = 1,
-    compact: bool = True,
-    engine: str = "auto",
-    top_k: int = 0,
-    min_p: float = 0.0,
-    stops: list[list[int]] | None = None,
-    thinking: ThinkingBudget | None = None,
     generators: list[torch.Generator] | None = None,
+    group_size: int = 1,
+    engine: str = "auto",
+    compact: bool = True,
+    stops: list[list[int]] = (),
+    thinking: ThinkingBudget | None = None,
 ) -> Rollouts:
     """Sample `group_size` completions of each of the N prompts (rows g*G .. g*G+G-1 answer
-    prompt g), decoding until every row has emitted EOS or a stop sequence (`stops`: token ids,
-    rollout/controls.py), or max_new_tokens is reached. `thinking` enforces per-row thinking
-    budgets (the forced tokens are marked in `forced_BT`). `generators` (one per prompt) gives each
+    prompt g) as `sampling` says, decoding until every row has emitted EOS or a stop sequence, or
+    sampling.max_new_tokens is reached. Stop strings and a thinking budget are text in `sampling`;
+    here they come as tokens of this batch (rollout/controls.py; rollout.Sampler makes them):
+    `stops` the stop strings' token ids, `thinking` the per-row budget state (the forced tokens are
+    marked in `forced_BT`). `generators` (one per prompt) gives each
     prompt's G samples their own random stream instead of sharing `generator`: a prompt's
     completions then do not depend on which other prompts share its batch (how a batch is split
     across rollout workers), only on its own seed.
@@ -181,6 +179,12 @@ def generate(
     its own recomputation. `engine` picks the forward pass (rollout/engines.py): 'auto',
     'static' or 'transformers'.
     """
+    if sampling.stop and not stops:  # refused rather than ignored: text alone cannot end a row of tokens
+        raise ValueError(f"sampling.stop = {sampling.stop} needs its token ids as `stops` (rollout.Sampler encodes them)")
+    if sampling.budget is not None and thinking is None:
+        raise ValueError("sampling.budget needs its per-row state as `thinking` (rollout.Sampler builds it)")
+    max_new_tokens, temperature, top_p, top_k, min_p, greedy = (
+        sampling.max_new_tokens, sampling.temperature, sampling.top_p, sampling.top_k, sampling.min_p, sampling.greedy)
     was_training = model.training
     model.eval()
     try:
@@ -226,7 +230,7 @@ def generate(
             tokens_BT[rows_A, t] = next_A
             sample_logp_BT[rows_A, t] = logp_AV.gather(1, next_A.unsqueeze(1)).squeeze(1).masked_fill(done_A, 0.0)
             ended_A = next_A == eos_id
-            for seq in stops or []:  # a forced token (a budget's closing text) never ends a row
+            for seq in stops:  # a forced token (a budget's closing text) never ends a row
                 ended_A |= ends_with(tokens_BT, rows_A, t, seq) & (~forced_A if thinking is not None else True)
             ended_A &= ~done_A
             end_B[rows_A[ended_A]] = t

@@ -18,8 +18,10 @@ average the verdicts themselves (partial credit counts). A missing verdict (None
 and counted.
 
 Decoding is batched (prompts sorted by length, each prompt prefilled once for its N samples) on
-the rollout engine, with its own seeded generator: an evaluation never draws from the training
-RNG, so evaluating during RL changes nothing else in a run.
+the rollout engine, through the `rollout.Sampler` RL samples with, under eval's `Sampling`
+(`cfg.eval.sampling(...)`; its `as_greedy()` for the greedy completions), with its own seeded
+generator: an evaluation never draws from the training RNG, so evaluating during RL changes
+nothing else in a run. Completions are judged as rejection sampling judges them (stages/judging.py).
 """
 
 from __future__ import annotations
@@ -33,13 +35,16 @@ from typing import Callable
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from rlvr.config import ConfigError, DataConfig, EvalConfig, ThinkingConfig, atomic_write_text
-from rlvr.data import Example, chat_prompts, format_prompt
+from rlvr.config import ConfigError, DataConfig, EvalConfig, ThinkingConfig
+from rlvr.files import atomic_write_text
+from rlvr.data import Example, format_prompt
 from rlvr.metrics import PhaseBar
-from rlvr.reward import RewardTerm, routed_verdicts
-from rlvr.rollout import completion_id_lists, decode_completions, encode_prompts, generate
-from rlvr.rollout.controls import ThinkingBudget, encode_stops, token_ids
+from rlvr.reward import RewardTerm
+from rlvr.rollout import Sampler
+from rlvr.rollout.sampler import opens_thinking
+from rlvr.sampling import InvalidSampling, Sampling
 from rlvr.stages.estimators import bootstrap_intervals, maj_at_k, pass_at_k
+from rlvr.stages.judging import judge
 from rlvr.verifiers.math import extract_last_boxed
 
 
@@ -71,7 +76,7 @@ def shows_work(completion: str) -> bool:
     head, sep, _ = completion.rpartition("\\boxed")
     if sep:
         return bool(head.replace("<think>", "").replace("</think>", "").strip())
-    from rlvr.verifiers.code import extract_program
+    from rlvr.verifiers.code import extract_program  # start-up time: loads the code verifier, for program answers only
 
     program = extract_program(completion)
     return program is not None and any(line.lstrip().startswith("#") for line in program.splitlines())
@@ -136,50 +141,26 @@ class _Evaluation:
     """What one `evaluate` call shares: the model, the problems in decoding order, the terms."""
 
     def __init__(self, model, tokenizer, examples: list[Example], data_cfg: DataConfig, cfg: EvalConfig, correctness: RewardTerm,
-                 others: list[RewardTerm], bar: PhaseBar, engine: str, stops: list[str], thinking: ThinkingConfig | None) -> None:
-        self.model, self.tokenizer, self.examples, self.data_cfg, self.cfg = model, tokenizer, examples, data_cfg, cfg
-        self.correctness, self.others, self.bar, self.engine = correctness, others, bar, engine
+                 others: list[RewardTerm], bar: PhaseBar, sampling: Sampling, engine: str, thinking: ThinkingConfig | None) -> None:
+        self.tokenizer, self.examples, self.data_cfg, self.cfg = tokenizer, examples, data_cfg, cfg
+        self.correctness, self.others, self.bar = correctness, others, bar
         self.device = next(model.parameters()).device
         self.prompts = [format_prompt(tokenizer, e, data_cfg) for e in examples]
         self.order = sorted(range(len(examples)), key=lambda i: len(self.prompts[i]))  # similar lengths decode together
-        self.stops = encode_stops(tokenizer, list(stops))
-        self.thinking = thinking
-        if thinking is not None and thinking.budget >= 0:
-            try:  # before any decoding: the tags as this tokenizer spells them
-                self.budget([], 1)
-            except ValueError as err:
-                raise ConfigError(f"thinking.forced: {thinking.forced!r} with this tokenizer: {err}") from None
-        # a prompt whose template leaves the thinking block open (Qwen3's ends in "<think>\n"): thinking starts at once
-        self.opens = [thinking is not None and p.rfind(thinking.open) > p.rfind(thinking.close) for p in self.prompts]
-
-    def budget(self, rows: list[int], group_size: int) -> ThinkingBudget | None:
-        """The per-row thinking budget of a batch, when thinking.budget is set."""
-        th = self.thinking
-        if th is None or th.budget < 0:
-            return None
-        tok = self.tokenizer
-        open_B = torch.tensor([self.opens[i] for i in rows for _ in range(group_size)], device=self.device)
-        return ThinkingBudget(token_ids(tok, th.open), token_ids(tok, th.close), token_ids(tok, th.forced),
-                              torch.full((len(open_B),), th.budget, device=self.device), open_B)
+        try:  # before any decoding: a thinking budget's tags as this tokenizer spells them
+            self.greedy, self.sampler = Sampler(model, tokenizer, sampling.as_greedy(), engine), Sampler(model, tokenizer, sampling, engine)
+        except InvalidSampling as err:
+            raise ConfigError(f"thinking.forced: {err.why}") from None
+        self.opens = [thinking is not None and opens_thinking(p, thinking.open, thinking.close) for p in self.prompts]
 
     def decode(self, rows: list[int], group_size: int, generator: torch.Generator | None) -> _Decoded:
         """`group_size` completions of each of `rows` (greedy without a generator), judged by every term."""
-        cfg, tokenizer = self.cfg, self.tokenizer
-        ids, mask = encode_prompts(tokenizer, [self.prompts[i] for i in rows], self.device)
-        out = generate(
-            self.model, ids, mask, max_new_tokens=cfg.max_new_tokens, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
-            greedy=generator is None, temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, min_p=cfg.min_p, generator=generator,
-            group_size=group_size, engine=self.engine, stops=self.stops, thinking=self.budget(rows, group_size),
-        )
-        per_row = [self.examples[i] for i in rows for _ in range(group_size)]
-        texts, lengths = decode_completions(tokenizer, out), out.lengths_B.tolist()
-        context = {"prompt_messages": chat_prompts(tokenizer, per_row, self.data_cfg), "completion_ids": completion_id_lists(out)}
-        prompts = [self.prompts[i] for i in rows for _ in range(group_size)]
-        scores = {t.name: t.score(prompts, texts, per_row, lengths, **context).values for t in [self.correctness, *self.others]}
+        sampler = self.greedy if generator is None else self.sampler
+        completions = sampler.sample([self.prompts[i] for i in rows], group_size, generator)
+        judged = judge(completions, [self.examples[i] for i in rows for _ in range(group_size)], self.correctness, self.others,
+                       self.tokenizer, self.data_cfg)
         self.bar.advance()
-        verdicts = routed_verdicts(scores, per_row, self.correctness)  # on routed data, each row's own term
-        scores.pop(self.correctness.name)
-        return _Decoded(texts, lengths, verdicts, scores)
+        return _Decoded(completions.texts, completions.lengths, judged.verdicts, judged.terms)
 
     def batches(self, per_batch: int):
         for start in range(0, len(self.order), per_batch):
@@ -195,21 +176,22 @@ def evaluate(
     cfg: EvalConfig,
     correctness: RewardTerm,
     bar: PhaseBar,
+    sampling: Sampling,
     engine: str = "auto",
     seed: int = 0,
     others: list[RewardTerm] | None = None,
-    stops: list[str] = (),
     thinking: ThinkingConfig | None = None,
 ) -> EvalResult:
     """Greedy completions of `examples` and, with cfg.samples = N, N sampled ones each, judged by
-    the correctness term (`reward.correctness`: `rlvr.reward.correctness_term`). `seed` seeds the
-    sampling generator (the same seed gives every model the same random numbers). `others`: more
-    reward terms whose mean over the greedy and the sampled completions is reported (`terms`).
-    `stops`: stop strings (rollout.stop). `thinking`: the thinking tags, for the share of well-formed
-    blocks and their length, and `thinking.budget` for budget forcing."""
+    the correctness term (`reward.correctness`: `rlvr.reward.correctness_term`). `sampling`: how
+    they are drawn (`cfg.eval.sampling(rollout.stop, thinking)`: stop strings, a thinking budget;
+    greedy for the one completion per problem). `seed` seeds the sampling generator (the same seed
+    gives every model the same random numbers). `others`: more reward terms whose mean over the
+    greedy and the sampled completions is reported (`terms`). `thinking`: the thinking tags, for
+    the share of well-formed blocks and their length."""
     if cfg.max_problems:
         examples = examples[: cfg.max_problems]
-    run = _Evaluation(model, tokenizer, examples, data_cfg, cfg, correctness, list(others or []), bar, engine, list(stops), thinking)
+    run = _Evaluation(model, tokenizer, examples, data_cfg, cfg, correctness, list(others or []), bar, sampling, engine, thinking)
     greedy_verdicts: list[float | None] = [None] * len(examples)
     texts, lengths = [""] * len(examples), [0] * len(examples)
     term_values: dict[str, list[float | None]] = {t.name: [None] * len(examples) for t in run.others}
@@ -242,7 +224,7 @@ def evaluate(
             result.well_formed = sum(b is not None for b in blocks) / n
             closed = [len(tokenizer.encode(b, add_special_tokens=False)) for b in blocks if b is not None]
             result.thinking_length = sum(closed) / len(closed) if closed else None
-        result.budget = thinking.budget if thinking.budget >= 0 else None
+        result.budget = sampling.budget.tokens if sampling.budget is not None else None
         for sample, block in zip(result.samples, blocks):
             sample["thinking"] = block
     result.length_by_level = _by_level(examples, [float(v) for v in lengths])
@@ -298,7 +280,7 @@ def _sample(run: _Evaluation, seed: int, result: EvalResult, columns: dict[str, 
     if not (declared or any_key):  # no verifier answer and not one box: there is nothing to vote on
         for k in ks:
             per_problem[f"maj@{k}"] = [None] * len(examples)
-    result.samples_per_problem, result.temperature = N, cfg.temperature
+    result.samples_per_problem, result.temperature = N, run.sampler.sampling.temperature
     result.sampled = {name: _mean(values) for name, values in per_problem.items()}
     result.sampled_by_level = {
         level: {name: _mean([values[i] for i in idx]) for name, values in per_problem.items()} for level, idx in _level_rows(examples).items()

@@ -11,7 +11,9 @@ from a teacher.
 A completion survives when the correctness verdict is full marks (1.0) and it ended on its own
 (a verified completion cut at max_new_tokens never learned to stop; it is counted, not kept).
 Each kept row is the problem's data row with the completion as its solution, plus where it came
-from, so the rows load back through the same DataConfig as the problems did.
+from, so the rows load back through the same DataConfig as the problems did. Sampling goes through
+the `rollout.Sampler` RL and evaluation use (under rft's `Sampling`: `cfg.rft.sampling(...)`), and
+judging through evaluation's (stages/judging.py).
 """
 
 from __future__ import annotations
@@ -24,11 +26,12 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from rlvr.config import DataConfig, RFTConfig
-from rlvr.data import Example, chat_prompts, format_prompt
+from rlvr.data import Example, format_prompt
 from rlvr.metrics import PhaseBar
-from rlvr.reward import RewardTerm, route_of, routed_verdicts
-from rlvr.rollout import completion_id_lists, decode_completions, encode_prompts, generate
-from rlvr.rollout.controls import encode_stops
+from rlvr.reward import RewardTerm, route_of
+from rlvr.rollout import Sampler
+from rlvr.sampling import Sampling
+from rlvr.stages.judging import judge
 
 
 @dataclass
@@ -73,24 +76,24 @@ def rejection_sample(
     examples: list[Example],
     data_cfg: DataConfig,
     cfg: RFTConfig,
-    max_new_tokens: int,
+    sampling: Sampling,
     correctness: RewardTerm,
     bar: PhaseBar,
     *,
     source: str,
     seed: int,
     engine: str = "auto",
-    stops: list[str] = (),
     others: list[RewardTerm] = (),
 ) -> Traces:
-    """Sample cfg.samples completions of every example, judge them with the correctness term (on
-    routed data each row's own term, among `others`: reward.route_field), and keep the survivors
-    (see the module docstring). `source` names the model in every row."""
+    """Sample cfg.samples completions of every example as `sampling` says (`cfg.rft.sampling(...)`),
+    judge them with the correctness term (on routed data each row's own term, among `others`:
+    reward.route_field), and keep the survivors (see the module docstring). `source` names the
+    model in every row."""
     device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(seed)
     pick = random.Random(f"rft-select:{seed}")
     k, per_batch = cfg.samples, max(1, cfg.batch_size // cfg.samples)
-    stop_ids = encode_stops(tokenizer, list(stops))
+    sampler = Sampler(model, tokenizer, sampling, engine)
     prompts = [format_prompt(tokenizer, e, data_cfg) for e in examples]
     order = sorted(range(len(examples)), key=lambda i: len(prompts[i]))  # similar lengths decode together
     counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
@@ -98,18 +101,11 @@ def rejection_sample(
     for start in range(0, len(order), per_batch):
         rows = order[start : start + per_batch]
         batch = [examples[i] for i in rows]
-        ids, mask = encode_prompts(tokenizer, [prompts[i] for i in rows], device)
-        out = generate(model, ids, mask, max_new_tokens=max_new_tokens, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
-                       temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, min_p=cfg.min_p, stops=stop_ids,
-                       generator=generator, group_size=k, engine=engine)
-        texts, lengths, truncated = decode_completions(tokenizer, out), out.lengths_B.tolist(), out.truncated_B.tolist()
+        completions = sampler.sample([prompts[i] for i in rows], k, generator)
+        texts, lengths, truncated = completions.texts, completions.lengths, completions.rollouts.truncated_B.tolist()
         per_row = [e for e in batch for _ in range(k)]
-        context = {"prompt_messages": chat_prompts(tokenizer, per_row, data_cfg), "completion_ids": completion_id_lists(out)}
-        row_prompts = [prompts[i] for i in rows for _ in range(k)]
         routes = {route_of(e, correctness.route_field) for e in per_row} - {None}
-        judges = [correctness, *[t for t in others if t.name in routes]]
-        values = {t.name: t.score(row_prompts, texts, per_row, lengths, **context).values for t in judges}
-        verdicts = routed_verdicts(values, per_row, correctness)
+        verdicts = judge(completions, per_row, correctness, [t for t in others if t.name in routes], tokenizer, data_cfg).verdicts
         for j, (row, e) in enumerate(zip(rows, batch)):
             level = "all" if e.level is None else str(e.level)
             mine = range(j * k, (j + 1) * k)  # this prompt's k rows of the batch
@@ -130,7 +126,7 @@ def rejection_sample(
     total = dict(counts.pop("total", {}))
     report = {
         "source": source, "samples_per_prompt": k, "max_per_prompt": cfg.max_per_prompt, "select": cfg.select,
-        "temperature": cfg.temperature, "top_p": cfg.top_p, "max_new_tokens": max_new_tokens, "seed": seed,
+        "temperature": sampling.temperature, "top_p": sampling.top_p, "max_new_tokens": sampling.max_new_tokens, "seed": seed,
         **{name: total.get(name, 0) for name in ("prompts", "sampled", "verified", "verified_but_cut", "distinct_verified", "kept", "prompts_without_survivor")},
         "by_level": {level: dict(c) for level, c in sorted(counts.items()) if level != "all"},
         "prompts_without_survivor_first": no_survivor[:20],

@@ -18,12 +18,12 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from rlvr.algorithms import aggregate
+from rlvr.batching import token_budget_batches
 from rlvr.checkpoint import fault_point
 from rlvr.config import SFTConfig
-from rlvr.learner import new_adamw
-from rlvr.metrics import PhaseBar
 from rlvr.logprobs import backward_outside_autocast, completion_logprobs, completion_teacher_kl
-from rlvr.update import token_budget_batches
+from rlvr.metrics import PhaseBar
+from rlvr.optim import new_adamw
 
 
 def encode_targets(tokenizer: PreTrainedTokenizerBase, targets: list[str]) -> list[list[int]]:

@@ -22,8 +22,9 @@ import random
 import re
 from typing import Iterator
 
-from rlvr.config import TaskConfig
+from rlvr.config import Config, TaskConfig
 from rlvr.data import Example, boxed
+from rlvr.tasks.registry import Task, refuse_data_paths, register_task, require
 
 Tokens = list  # alternating [int, op, int, op, int, ...]
 
@@ -205,6 +206,24 @@ def sft_targets(examples: list[Example], batch_size: int, worked_fraction: float
                 yield e, e.solution or ""
             else:
                 yield e, e.solution if e.solution and rng.random() < worked_fraction else direct(e.answer, fmt)
+
+
+@register_task("arithmetic")
+class ArithmeticTask(Task):
+    """Built-in procedural arithmetic with worked solutions (task.*): the CPU lab's task."""
+
+    def splits(self, cfg: Config, skipped=None) -> tuple[list[Example], list[Example]]:
+        return make_splits(cfg.task, cfg.run.seed)
+
+    def sft_targets(self, cfg: Config, train: list[Example]) -> Iterator[tuple[Example, str]]:
+        return sft_targets(train, cfg.sft.batch_size, cfg.sft.worked_fraction, cfg.run.seed, cfg.task.format)
+
+    def check(self, cfg: Config) -> None:
+        t = cfg.task
+        require(t.max_value < 0 or t.max_operand <= t.max_value, "task.max_value",
+                f"= {t.max_value} is below task.max_operand = {t.max_operand}: an operand is a number the worked solution "
+                "writes; raise max_value (or -1 for any integer)")
+        refuse_data_paths(cfg)
 
 
 # ----------------------------------------------------------------------------- a process reward

@@ -25,8 +25,9 @@ import json
 import random
 from typing import Callable, Iterator
 
-from rlvr.config import TaskConfig
+from rlvr.config import Config, TaskConfig
 from rlvr.data import Example
+from rlvr.tasks.registry import Task, refuse_data_paths, register_task, require
 
 SHOWN = (0, 1, 2)  # the points a prompt shows
 TESTED = (3, 5, -2, 7)  # the points the tests check (never shown)
@@ -121,3 +122,22 @@ def make_code_splits(cfg: TaskConfig, seed: int) -> tuple[list[Example], list[Ex
         if e.info["signature"] not in seen:
             train.append(e)
     return train, held
+
+
+@register_task("code")
+class CodeTask(Task):
+    """Built-in small programs: write f from a few of its values, judged in the sandbox by python_code(_batched)."""
+
+    def splits(self, cfg: Config, skipped=None) -> tuple[list[Example], list[Example]]:
+        return make_code_splits(cfg.task, cfg.run.seed)
+
+    def sft_targets(self, cfg: Config, train: list[Example]) -> Iterator[tuple[Example, str]]:
+        return sft_targets(train, cfg.sft.batch_size, cfg.sft.worked_fraction, cfg.run.seed)
+
+    def check(self, cfg: Config) -> None:
+        require(any(f.startswith("python_code") for f in cfg.reward.functions), "reward.functions",
+                "has no python_code term but data.source = 'code' has tests, not answers: use [\"python_code_batched\"]")
+        refuse_data_paths(cfg)
+
+    def tiny_tokenizer(self, cfg: Config) -> dict:
+        return {**super().tiny_tokenizer(cfg), "code": True}  # the code fences as tokens of their own

@@ -11,8 +11,12 @@ from __future__ import annotations
 
 import random
 
-from rlvr.config import DataConfig
+from rlvr.config import Config, DataConfig
 from rlvr.data import DataError, Example
+from rlvr.tasks.mix import interleave
+from rlvr.tasks.registry import Task, register_task, require
+
+JUDGE = "reasoning_gym"  # the reward term (rlvr.verifiers.gym) every row names: it holds the task's own scorer
 
 
 def gym_splits(cfg: DataConfig, seed: int, route_field: str = "verifier") -> tuple[list[Example], list[Example]]:
@@ -33,12 +37,25 @@ def gym_splits(cfg: DataConfig, seed: int, route_field: str = "verifier") -> tup
         train += [_example(r, task, level, cfg, route_field) for r in rows[cfg.gym_eval_size:] if r["question"] not in seen]
         held += [_example(r, task, level, cfg, route_field) for r in held_rows]
     random.Random(f"gym:{seed}").shuffle(train)  # tasks interleaved
-    from rlvr.data_mix import interleave
-
     return train, interleave(held, [e.info["task"] for e in held])  # eval.max_problems covers every task
 
 
 def _example(entry: dict, task: str, level: int, cfg: DataConfig, route_field: str) -> Example:
-    info = {route_field: "reasoning_gym", "task": task, "question": entry["question"], "metadata": entry["metadata"]}
+    info = {route_field: JUDGE, "task": task, "question": entry["question"], "metadata": entry["metadata"]}
     return Example(prompt=cfg.gym_prompt.replace("{question}", entry["question"]), answer=str(entry["answer"]), level=level, info=info,
                    solution="\\boxed{" + str(entry["answer"]) + "}")
+
+
+@register_task("reasoning_gym")
+class GymTask(Task):
+    """data.gym_tasks from reasoning-gym's generators, each row scored by its task's own scorer."""
+
+    routes_to = JUDGE
+
+    def splits(self, cfg: Config, skipped=None) -> tuple[list[Example], list[Example]]:
+        return gym_splits(cfg.data, cfg.run.seed, cfg.reward.route_field)
+
+    def check_data(self, data: DataConfig) -> None:
+        require(bool(data.gym_tasks), "data.gym_tasks", "is required when data.source = 'reasoning_gym'")
+        require(data.gym_size >= 1 and data.gym_eval_size >= 1, "data.gym_size", "gym_size and gym_eval_size must be >= 1")
+        require("{question}" in data.gym_prompt, "data.gym_prompt", "must contain {question}")

@@ -17,8 +17,12 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import Iterator
 
+from rlvr.config import Config
 from rlvr.data import Example, boxed
+from rlvr.tasks.arithmetic import sft_targets
+from rlvr.tasks.registry import Task, refuse_data_paths, register_task, require
 
 NAMES = [("Mia", "she"), ("Leo", "he"), ("Ava", "she"), ("Sam", "he"), ("Zoe", "she"), ("Omar", "he"), ("Lily", "she"),
          ("Ben", "he"), ("Nora", "she"), ("Ravi", "he"), ("Emma", "she"), ("Kai", "he"), ("Ivy", "she"), ("Tom", "he"),
@@ -172,3 +176,22 @@ def make_word_splits(min_steps: int, max_steps: int, max_value: int, num_train: 
                        level=len(steps), info={"question": question})
 
     return [example(s) for s in train], [example(s) for s in held]
+
+
+@register_task("word_problems")
+class WordProblemsTask(Task):
+    """Built-in stories of task.min_ops..max_ops steps with worked solutions, numbers in 0..task.max_value: the real-model lab's task."""
+
+    def splits(self, cfg: Config, skipped=None) -> tuple[list[Example], list[Example]]:
+        t = cfg.task
+        return make_word_splits(t.min_ops, t.max_ops, t.max_value, t.num_train, t.num_eval, cfg.run.seed)
+
+    def sft_targets(self, cfg: Config, train: list[Example]) -> Iterator[tuple[Example, str]]:
+        # the arithmetic lab's worked / bare mixture; a story has no think or fused format
+        return sft_targets(train, cfg.sft.batch_size, cfg.sft.worked_fraction, cfg.run.seed, "plain")
+
+    def check(self, cfg: Config) -> None:
+        require(cfg.task.max_value >= 20, "task.max_value",
+                f"= {cfg.task.max_value} (19 is the arithmetic lab's default): word problems need a bound of at least 20, since they "
+                "start from counts up to max_value / 2 and add up to 20 at a step; the real-model lab uses 99")
+        refuse_data_paths(cfg)

@@ -1,101 +1,16 @@
 """(2) Verifiers: completion text + gold answer -> reward, deterministic.
 
-A verifier is any function `f(completion: str, answer: str, **fields) -> float | None`. The
-registry maps config names (`reward.functions = ["boxed_math"]`) to functions; `register` adds
-your own (list its module in `reward.imports` to name it from a config or the CLI). How a
-name or an import path becomes a function, and how it is called, is
-:mod:`rlvr.verifiers.contract`.
+This file imports nothing, so importing one verifier never loads the others. Where things are:
 
-Built in (see docs/verifiers.md):
+* :mod:`rlvr.verifiers.registry`: the names a config uses (``VERIFIERS``, ``get_verifier``) and
+  ``@register`` for your own;
+* :mod:`rlvr.verifiers.contract`: how a name or an import path becomes a function, and how it is
+  called (per item or TRL-batched), for every caller;
+* :mod:`rlvr.verifiers.pool`: many items scored in worker processes with hard timeouts;
+* the verifiers themselves: :mod:`rlvr.verifiers.math` (``boxed_math``),
+  :mod:`rlvr.verifiers.code` (``python_code``: sandboxed tests), :mod:`rlvr.verifiers.format`
+  (``think_format``, ``mode_format``), :mod:`rlvr.verifiers.conciseness` (``brevity``),
+  :mod:`rlvr.verifiers.gym` (``reasoning_gym``).
 
-* ``boxed_math``: strict math on the last ``\\boxed{...}`` (:mod:`rlvr.verifiers.math`);
-* ``python_code`` / ``python_code_all_or_nothing``: the last ```python block run on the
-  gold tests (a dict, or its JSON text) in a bubblewrap sandbox (:mod:`rlvr.verifiers.code`);
-  ``python_code_batched``: the same scores for a whole batch (repeats run once, programs of
-  different problems one after another in shared jails, :mod:`rlvr.verifiers.served`);
-* ``think_format``: exactly one ``<think>...</think>`` block, then an answer;
-* ``mode_format``: the format a prompt's mode switch asks for (``think``: as think_format;
-  ``no_think``: an empty block, then the answer);
-* ``brevity``: a correct boxed answer in fewer characters scores more (a conciseness term for a
-  reward mix, gated on boxed_math).
-
-:mod:`rlvr.verifiers.pool` scores many items in worker processes with hard timeouts.
+docs/verifiers.md describes each one.
 """
-
-from __future__ import annotations
-
-from typing import Callable, Protocol
-
-from rlvr.verifiers.conciseness import brevity
-from rlvr.verifiers.code import python_code, python_code_all_or_nothing, python_code_batched
-from rlvr.verifiers.format import mode_format, think_format
-from rlvr.verifiers.gym import reasoning_gym
-from rlvr.verifiers.math import boxed_math, extract_last_boxed
-
-
-class Verifier(Protocol):
-    def __call__(self, completion: str, answer: str) -> float | None: ...
-
-
-VERIFIERS: dict[str, Verifier] = {
-    "boxed_math": boxed_math,
-    "python_code": python_code,
-    "python_code_all_or_nothing": python_code_all_or_nothing,
-    "python_code_batched": python_code_batched,
-    "think_format": think_format,
-    "brevity": brevity,
-    "mode_format": mode_format,
-    "reasoning_gym": reasoning_gym,
-}
-
-
-def register(name: str) -> Callable[[Verifier], Verifier]:
-    """Decorator: make a verifier selectable by name in config.
-
-    Registering the same function again (its module imported twice, or reloaded) is harmless and
-    keeps the newest definition; another function under a taken name is refused."""
-
-    def add(fn: Verifier) -> Verifier:
-        taken = VERIFIERS.get(name)
-        if taken is not None and _identity(taken) != _identity(fn):
-            raise ValueError(f"verifier {name!r} is already registered to {'.'.join(_identity(taken))}")
-        VERIFIERS[name] = fn
-        return fn
-
-    return add
-
-
-def _identity(fn: object) -> tuple[str, str]:
-    return getattr(fn, "__module__", None) or "?", getattr(fn, "__qualname__", None) or repr(fn)
-
-
-def _gold_matches_itself(answer: str) -> None:
-    """boxed_math's data check: a gold answer it cannot match even against itself can never be
-    rewarded (a rationale, not a final answer)."""
-    if boxed_math("\\boxed{" + answer + "}", answer) != 1.0:
-        raise ValueError("cannot be matched by the verifier even against itself (not a final answer)")
-
-
-boxed_math.check_answer = _gold_matches_itself  # type: ignore[attr-defined]
-
-
-def get_verifier(name: str) -> Verifier:
-    try:
-        return VERIFIERS[name]
-    except KeyError:
-        raise ValueError(f"unknown verifier {name!r}; registered: {sorted(VERIFIERS)}") from None
-
-
-__all__ = [
-    "VERIFIERS",
-    "Verifier",
-    "boxed_math",
-    "brevity",
-    "extract_last_boxed",
-    "get_verifier",
-    "mode_format",
-    "python_code",
-    "python_code_all_or_nothing",
-    "register",
-    "think_format",
-]

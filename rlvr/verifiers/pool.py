@@ -17,8 +17,7 @@ API (for the training loop)::
     result.failed        # list[bool]: which items have no score for an error or a timeout
     result.item_seconds  # list[float]: time of each item inside its worker
     result.errors, result.timeouts, result.messages, result.seconds
-    result.metrics()     # {"verify/errors": ..., "verify/timeouts": ..., "verify/seconds": ...,
-                         #  "verify/items_per_s": ...}
+    result.timing()      # PoolTiming: seconds, items, slowest item; training logs it as verify/<term>/*
     pool.close()         # or use it as a context manager
 
     score_all("python_code", completions, answers, workers=2, timeout_s=30.0)  # one-shot
@@ -48,10 +47,36 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any, Callable, Sequence, Union
 
-__all__ = ["PoolResult", "VerifierPool", "score_all"]
+__all__ = ["PoolResult", "PoolTiming", "VerifierPool", "score_all"]
 
 VerifierSpec = Union[str, Callable[[str, str], float]]
 _MAX_MESSAGES = 20  # error messages kept per batch (the counts are complete)
+
+
+@dataclass(frozen=True)
+class PoolTiming:
+    """How long a pool took over the items it scored: one batch, or several added up (the
+    generation rounds of a training step). Training logs it as verify/<term>/seconds, items_per_s
+    and slowest_item_s; errors and timeouts are already reward/<term>/errors and /timeouts."""
+
+    seconds: float = 0.0  # wall time from the first item sent to the last score back
+    items: int = 0
+    slowest_item_s: float = 0.0  # the longest item inside its worker; a timed-out one counts the pool's timeout
+
+    def __add__(self, other: PoolTiming) -> PoolTiming:
+        return PoolTiming(self.seconds + other.seconds, self.items + other.items, max(self.slowest_item_s, other.slowest_item_s))
+
+    def metrics(self, prefix: str) -> dict[str, float]:
+        """{prefix/seconds, prefix/items_per_s, prefix/slowest_item_s}.
+
+        >>> PoolTiming(seconds=2.0, items=8, slowest_item_s=0.5).metrics("verify/boxed_math")["verify/boxed_math/items_per_s"]
+        4.0
+        """
+        return {
+            f"{prefix}/seconds": self.seconds,
+            f"{prefix}/items_per_s": self.items / self.seconds if self.seconds > 0 else 0.0,
+            f"{prefix}/slowest_item_s": self.slowest_item_s,
+        }
 
 
 @dataclass
@@ -66,14 +91,8 @@ class PoolResult:
     messages: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
-    def metrics(self) -> dict[str, float]:
-        n = len(self.scores)
-        return {
-            "verify/errors": float(self.errors),
-            "verify/timeouts": float(self.timeouts),
-            "verify/seconds": self.seconds,
-            "verify/items_per_s": n / self.seconds if self.seconds > 0 else 0.0,
-        }
+    def timing(self) -> PoolTiming:
+        return PoolTiming(self.seconds, len(self.scores), max(self.item_seconds, default=0.0))
 
 
 def resolve_verifier(spec: VerifierSpec) -> Callable[[str, Any], float | None]:
@@ -82,6 +101,7 @@ def resolve_verifier(spec: VerifierSpec) -> Callable[[str, Any], float | None]:
     once; ConfigError, a ValueError, when it cannot be), or a callable as it is."""
     if callable(spec):
         return spec
+    # start-up time: each worker process imports this module; only a spec given by name needs the contract (and config)
     from rlvr.verifiers.contract import resolve_reward
 
     return resolve_reward(spec, where="VerifierPool")

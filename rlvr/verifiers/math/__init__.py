@@ -135,6 +135,16 @@ def _warm_up() -> None:
 boxed_math.warm_up = _warm_up  # type: ignore[attr-defined]
 
 
+def _gold_matches_itself(answer: str) -> None:
+    """boxed_math's data check: a gold answer it cannot match even against itself can never be
+    rewarded (a rationale, not a final answer)."""
+    if boxed_math("\\boxed{" + answer + "}", answer) != 1.0:
+        raise ValueError("cannot be matched by the verifier even against itself (not a final answer)")
+
+
+boxed_math.check_answer = _gold_matches_itself  # type: ignore[attr-defined]
+
+
 def _spelling(box: str) -> str:
     norm, unit = _normalise_parts(_unwrap_nested(box))[:2]
     value = _exact_number(norm)

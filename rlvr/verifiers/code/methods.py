@@ -23,7 +23,7 @@ import fractions
 import string
 from typing import Any, Callable
 
-from rlvr.verifiers.trusted import (
+from rlvr.verifiers.code.trusted import (
     MAX_LENGTH,
     JudgeError,
     TrustedModule,

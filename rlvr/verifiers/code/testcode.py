@@ -48,11 +48,11 @@ from collections import ChainMap
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from rlvr.verifiers.host_modules import HOST_MODULES, REFUSED_MODULES, new_random, random_members
-from rlvr.verifiers.judge import DECIMAL_CONTEXT, HostCallable, HostNames, Interpreter, host_names
-from rlvr.verifiers.methods import DATA_NAMES, MUTATING, BoundMethod, data_attribute
-from rlvr.verifiers.results import decode_value, encode_value
-from rlvr.verifiers.trusted import BINARY, COMPARE, MAX_LENGTH, MAX_SAME_HASH, JudgeError, ProbeFailed, TrustedModule, checked, materialised
+from rlvr.verifiers.code.host_modules import HOST_MODULES, REFUSED_MODULES, new_random, random_members
+from rlvr.verifiers.code.judge import DECIMAL_CONTEXT, HostCallable, HostNames, Interpreter, host_names
+from rlvr.verifiers.code.methods import DATA_NAMES, MUTATING, BoundMethod, data_attribute
+from rlvr.verifiers.code.results import decode_value, encode_value
+from rlvr.verifiers.code.trusted import BINARY, COMPARE, MAX_LENGTH, MAX_SAME_HASH, JudgeError, ProbeFailed, TrustedModule, checked, materialised
 
 __all__ = ["MAX_ROUNDS", "Round", "SetupHelper", "TestCode", "assert_names", "compile_test_code", "interpret_round",
            "trusted_helpers"]

@@ -19,7 +19,7 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
-from rlvr.verifiers.trusted import (
+from rlvr.verifiers.code.trusted import (
     MAX_DECIMAL_DIGITS,
     MAX_DEPTH,
     MAX_FRACTION_BITS,

@@ -31,8 +31,8 @@ import json
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from rlvr.verifiers.judge import CallsNothing, compile_assert
-from rlvr.verifiers.testcode import assert_names
+from rlvr.verifiers.code.judge import CallsNothing, compile_assert
+from rlvr.verifiers.code.testcode import assert_names
 
 __all__ = ["NATIVE_KEYS", "ROW_FIELDS", "call_target", "native_spec", "same_output", "same_result"]
 

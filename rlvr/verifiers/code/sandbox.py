@@ -19,14 +19,14 @@ mounted) inside ``bwrap`` with:
   with no capabilities, because ``RLIMIT_NPROC`` does not bind root; run by an
   ordinary user, bwrap's user namespace already makes it unprivileged;
 * in each test's child, before the program runs: a seccomp allow list
-  (:mod:`rlvr.verifiers.seccomp`: no sockets, keyrings, namespaces, mounts, ``setsid``,
+  (:mod:`rlvr.verifiers.code.seccomp`: no sockets, keyrings, namespaces, mounts, ``setsid``,
   SysV IPC, ``memfd``, AIO, epoll...: no kernel object a program could grow past what the
   job's limits bound); the runner itself first joins a fresh session keyring, so the
   caller's keys are not even possessed, and turns non-dumpable, so a child sharing its
   uid cannot open ``/proc/<runner>/fd``;
 * limits per process: address space, CPU time, file size, open files, processes; per
   test: wall-clock time and output size; per job: total wall-clock time, what the host
-  reads back and, where cgroups are writable (:mod:`rlvr.verifiers.cgroups`), the
+  reads back and, where cgroups are writable (:mod:`rlvr.verifiers.code.cgroups`), the
   memory, task count and CPU share of the whole job.
 
 Killing the outer ``bwrap`` takes the whole PID namespace with it (``--die-with-parent``
@@ -58,8 +58,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlvr.errors import RunStopped
-from rlvr.verifiers import cgroups
-from rlvr.verifiers.seccomp import Filter, UnsupportedArchitecture, build_filter
+import rlvr.verifiers.code.cgroups as cgroups
+from rlvr.verifiers.code.seccomp import Filter, UnsupportedArchitecture, build_filter
 
 __all__ = ["Limits", "SandboxRun", "SandboxUnavailable", "UnsandboxedCodeWarning", "parse_result_line", "resolve_sandbox", "run_job",
            "warm_up"]

@@ -3,7 +3,7 @@
 Standard library only, and never imported by rlvr: the host starts it as a script with
 a JSON job on stdin and reads one JSON line per probe on stdout. It judges nothing:
 a probe is one call into the program (``f(2)``), and the host evaluates each assert
-around the values reported here (see rlvr/verifiers/judge.py); expected values and the
+around the values reported here (see judge.py); expected values and the
 functions a test judges with never enter the sandbox.
 
 Trust split inside the sandbox. This runner forks a child for the untrusted code; the
@@ -18,7 +18,7 @@ Job: {"mode": "asserts" | "io", "program": str, "setup": str, "probes": [probe, 
 ("typing_names": names of ``typing`` bound before an asserts job's program runs). A probe is
 an expression of the program (``"f(2)"``, evaluated in its namespace) or ``{"call": expr, "args": tokens, "kwargs":
 tokens}``: the program's callable ``expr`` called on data the host encoded in the same flat
-tokens as the results (``rlvr.verifiers.results.encode_value``; decoded here by ``_untag``).
+tokens as the results (``rlvr.verifiers.code.results.encode_value``; decoded here by ``_untag``).
 Lines out: {"id": i, "value": [flat tokens]} | {"id": i, "error": NAME} (asserts) and
 {"id": i, "stdout": str, "truncated": bool, "exit": int, "error"?: NAME} (io), where
 "exit" is the exit code, minus the signal number when killed, -1 when timed out.
@@ -99,7 +99,7 @@ def _tag(value, lazy=(1.0, 1 << 18)):
     ``Counter``) is sent as its base type's value, and any other object is refused, except the
     values a test converts (``list(gen())``, ``sorted(d.keys())``, ``x == Fraction(1, 2)``):
     ``range``, dict views, ``deque``, ``Fraction``, ``Decimal`` and iterators (see _tag_other).
-    The host's ``rlvr.verifiers.results.encode_value`` is its twin for built-in data (this file
+    The host's ``rlvr.verifiers.code.results.encode_value`` is its twin for built-in data (this file
     imports nothing of rlvr): both write the same tokens, tested token for token."""
     out, todo, nodes = [], [(value, 0)], 0
     while todo:
@@ -214,7 +214,7 @@ def _untag(tokens):
     """The host's data arguments (a probe ``{"call", "args", "kwargs"}``) from flat tokens:
     the inverse of _tag for built-in scalars and containers, without recursion.
 
-    A twin of ``rlvr.verifiers.results.decode_value`` (this file is standard library only and
+    A twin of ``rlvr.verifiers.code.results.decode_value`` (this file is standard library only and
     never imports rlvr); the host's tokens are trusted, so no bounds here. The two encoders
     and both decoders are kept in step by tests/test_judge_classes.py's round-trip test."""
     pos = 0

@@ -1,0 +1,64 @@
+"""Relative paths in a config or recipe file mean paths next to that file.
+
+A user who writes `train_path = "gsm8k.jsonl"` beside the JSONL expects that file, wherever
+`rlvr` runs from. The rule, for the fields that name something a run reads (INPUT_PATH_FIELDS):
+a relative value written in a file becomes the absolute path next to the file *when that path
+exists*; otherwise it stays as written, for what it then is: a hub id (Qwen/Qwen2.5-1.5B,
+openai/gsm8k), a named preset (grpo), or a path from the working directory. A hub id is taken for
+a path only when a directory of that name sits next to the file, and transformers and datasets
+then load that local directory too.
+
+Not resolved: command-line overrides (paths from the working directory, as a shell user means
+them), and run.output_dir (outputs go under the directory rlvr runs in, as the default
+runs/<command>-<time> does). A run's saved config.toml holds the absolute paths, so resuming or
+evaluating it does not depend on where rlvr runs from.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+# Every config field whose value names a file, a directory, a model, a dataset or a run to read:
+# (section, field). data.mix entries take data's fields, so theirs are resolved too.
+INPUT_PATH_FIELDS = (
+    ("model", "path"),  # a model directory or hub id
+    ("data", "train_path"),  # a JSONL file, or (source = 'hf') a dataset file, directory or hub id
+    ("data", "eval_path"),
+    ("data", "chat_template"),  # a Jinja file
+    ("distill", "teacher"),  # a model directory, hub id or run (runs/a@50)
+    ("algo", "preset"),  # a named preset or a preset TOML file
+)
+
+
+def path_next_to(value: str, directory: Path) -> str:
+    """`value` as the absolute path next to `directory` when that exists, else as written. A run
+    point (`runs/a@50`: see rlvr.sources) keeps its `@point` after the resolved run directory.
+
+    >>> path_next_to("Qwen/Qwen2.5-1.5B", Path("/nonexistent"))
+    'Qwen/Qwen2.5-1.5B'
+    """
+    if not value or Path(value).expanduser().is_absolute():
+        return value
+    if (directory / value).exists():
+        return os.path.abspath(directory / value)
+    run, at, point = value.rpartition("@")
+    if at and run and (directory / run).exists():
+        return f"{os.path.abspath(directory / run)}@{point}"
+    return value
+
+
+def resolve_input_paths(table: dict[str, Any], directory: Path) -> dict[str, Any]:
+    """A copy of a nested config table (as read from a TOML file in `directory`) with the values
+    of INPUT_PATH_FIELDS, data.mix entries' included, read next to `directory` (`path_next_to`).
+    Values of the wrong type are left for the config loader to refuse, naming the field."""
+    out = dict(table)
+    for section, name in INPUT_PATH_FIELDS:
+        if isinstance(out.get(section), dict) and isinstance(out[section].get(name), str):
+            out[section] = {**out[section], name: path_next_to(out[section][name], directory)}
+    mix = out.get("data", {}).get("mix") if isinstance(out.get("data"), dict) else None
+    if isinstance(mix, list):
+        entries = [resolve_input_paths({"data": entry}, directory)["data"] if isinstance(entry, dict) else entry for entry in mix]
+        out["data"] = {**out["data"], "mix": entries}
+    return out

@@ -1,0 +1,88 @@
+"""The one sampling path: formatted prompts in, G completions of each out, under one `Sampling`.
+
+RL rollouts (`learner.LocalLearner` and Ray's `RolloutWorker`), held-out evaluation and
+rejection sampling all sample through a `Sampler`: it turns the Sampling's stop strings and
+thinking budget into this tokenizer's tokens once, encodes each batch of prompts (left-padded),
+runs `generate` on the chosen engine and decodes the completions. What comes back, `Completions`,
+is what every caller scores (reward terms take its prompts, texts, lengths and completion ids).
+
+Another engine (vLLM, issue 36) or multi-turn rollouts with tools (issue 37) is another class with
+this `sample` verb returning `Completions`; no caller changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from rlvr.rollout.controls import ThinkingBudget, encode_stops, token_ids
+from rlvr.rollout.generate import Rollouts, completion_id_lists, decode_completions, encode_prompts, generate
+from rlvr.sampling import InvalidSampling, Sampling
+
+
+@dataclass
+class Completions:
+    """G completions of each of N prompts: rows g*G .. g*G+G-1 answer prompt g."""
+
+    prompts: list[str]  # the formatted prompt of every row
+    rollouts: Rollouts
+    texts: list[str]  # the decoded completions, without EOS or padding
+
+    @property
+    def lengths(self) -> list[int]:
+        """Each completion's tokens, EOS included."""
+        return self.rollouts.lengths_B.tolist()
+
+    def completion_ids(self) -> list[list[int]]:
+        """Each completion's token ids (TRL's `completion_ids` column)."""
+        return completion_id_lists(self.rollouts)
+
+
+def opens_thinking(prompt: str, open_tag: str, close_tag: str) -> bool:
+    """Whether a formatted prompt leaves a thinking block open, so thinking starts at once (Qwen3's
+    template ends in "<think>\\n").
+
+    >>> opens_thinking("Q: 2+2?<think>\\n", "<think>", "</think>"), opens_thinking("<think></think>Q", "<think>", "</think>")
+    (True, False)
+    """
+    return prompt.rfind(open_tag) > prompt.rfind(close_tag)
+
+
+class Sampler:
+    """Samples from `model` under `sampling` on rlvr's engine (`engine`: rollout.engine)."""
+
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, sampling: Sampling, engine: str = "auto") -> None:
+        self.model, self.tokenizer, self.sampling, self.engine = model, tokenizer, sampling, engine
+        self.stops = encode_stops(tokenizer, list(sampling.stop))
+        budget = sampling.budget
+        self.budget_ids = None
+        if budget is not None:
+            try:  # before any decoding: the tags as this tokenizer spells them
+                self.budget_ids = token_ids(tokenizer, budget.open), token_ids(tokenizer, budget.close), token_ids(tokenizer, budget.forced)
+                self._thinking([], 1, torch.device("cpu"))
+            except ValueError as err:
+                raise InvalidSampling("budget", f"{budget.forced!r} with this tokenizer: {err}") from None
+
+    def sample(self, prompts: list[str], group_size: int = 1, generator: torch.Generator | None = None,
+               generators: list[torch.Generator] | None = None) -> Completions:
+        """`group_size` completions of each prompt, drawn from `generator`, or each prompt's from its
+        own of `generators` (rollout.seeding = "group"); greedy ones need neither."""
+        tokenizer = self.tokenizer
+        device = next(self.model.parameters()).device
+        ids, mask = encode_prompts(tokenizer, prompts, device)  # each prefilled once, shared by its G samples
+        rollouts = generate(self.model, ids, mask, self.sampling, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
+                            generator=generator, generators=generators, group_size=group_size, engine=self.engine,
+                            stops=self.stops, thinking=self._thinking(prompts, group_size, device))
+        return Completions([p for p in prompts for _ in range(group_size)], rollouts, decode_completions(tokenizer, rollouts))
+
+    def _thinking(self, prompts: list[str], group_size: int, device: torch.device) -> ThinkingBudget | None:
+        """The per-row thinking-budget state of a batch, when the sampling has a budget."""
+        budget = self.sampling.budget
+        if budget is None:
+            return None
+        open_ids, close_ids, forced_ids = self.budget_ids
+        open_B = torch.tensor([opens_thinking(p, budget.open, budget.close) for p in prompts for _ in range(group_size)],
+                              dtype=torch.bool, device=device)
+        return ThinkingBudget(open_ids, close_ids, forced_ids, torch.full((len(open_B),), budget.tokens, device=device), open_B)
