@@ -328,3 +328,19 @@ def test_a_checkpoint_without_the_sampler_device_still_restores():
     state["sampling"] = torch.zeros(16, dtype=torch.uint8)  # a CUDA-sized state into a CPU generator
     with pytest.raises(CheckpointError, match="does not fit this run's cpu generator"):
         restore_rng_state(state, generator)
+
+
+def test_a_run_dir_of_the_older_checkpoint_layout_is_refused_not_redone(tmp_path):
+    """Before issue 34 a finished phase's checkpoint was checkpoints/stage-<name>: resuming such a
+    directory would not see it and would silently redo the phase on top of a finished run."""
+    from rlvr.config import Config, ConfigError, save_config
+    from rlvr.pipeline import prepare_run_dir
+
+    cfg = Config()
+    cfg.run.output_dir = str(tmp_path / "old")
+    (tmp_path / "old" / "checkpoints" / "stage-sft").mkdir(parents=True)
+    save_config(cfg, tmp_path / "old" / "config.toml")
+    with pytest.raises(ConfigError, match=r"older rlvr \(checkpoints stage-sft; now phase-<name>\)"):
+        prepare_run_dir(cfg, "train", resume=True)
+    (tmp_path / "old" / "checkpoints" / "stage-sft").rename(tmp_path / "old" / "checkpoints" / "phase-sft")
+    assert prepare_run_dir(cfg, "train", resume=True) == (tmp_path / "old", True)
