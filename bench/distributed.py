@@ -89,7 +89,7 @@ def part_overheads(args) -> str:
     import torch
 
     from rlvr.config import Config, ModelConfig, TinyModelConfig
-    from rlvr.distributed.workers import RolloutWorker, pack_weights, trainable_weights, weights_nbytes
+    from rlvr.distributed.workers import RolloutWorker, initial_tensors, pack_weights, policy_spec, trainable_weights, weights_nbytes
     from rlvr.models import add_lora, build_char_tokenizer, build_tiny_model, count_parameters
 
     shapes = {"0.8M": (192, 2, 512), "6M": (384, 4, 1024), "25M": (640, 6, 1792), "100M": (1024, 8, 3072)}
@@ -127,7 +127,7 @@ def part_overheads(args) -> str:
         lora_bytes = sum(t.numel() * t.element_size() for t in trainable_weights(lora).values())
         cfg = Config()
         actor = ray.remote(RolloutWorker).options(num_cpus=1)
-        workers = [actor.remote(ray.put(model), tok, cfg, 1, "cpu") for _ in range(2)]
+        workers = [actor.remote(policy_spec(model), ray.put(pack_weights(initial_tensors(model))), tok, cfg, 1, "cpu") for _ in range(2)]
         ray.get([w.ready.remote() for w in workers])
         puts, loads, syncs = [], [], []
         for version in range(1, args.syncs + 1):

@@ -9,7 +9,9 @@ Layout under run_dir/checkpoints/:
     sft-001000/    SFT in progress (checkpoint.sft_every): weights, optimizer and schedule; only the
                    newest is kept, and none once phase-sft exists
     step-000050/   policy weights (safetensors), optimizer + scheduler + every RNG state + the
-                   prompt stream position (trainer.pt), step counters (state.json), config.toml
+                   prompt stream position (trainer.pt), step counters (state.json), config.toml;
+                   written by learner ranks, the policy and optimizer are sharded/ instead
+                   (rlvr.sharded_checkpoint, which reads both kinds)
     COMPLETE       inside each directory, written last: a directory without it is never loaded
 
 A checkpoint is written into a temporary sibling directory, every file fsynced, the marker
@@ -34,12 +36,14 @@ import torch
 from safetensors.torch import load_model as load_safetensors_into
 from safetensors.torch import save_model as save_safetensors
 
+from rlvr.config import ConfigError
 from rlvr.errors import RunStopped
+from rlvr.metrics import STOP_FILE
 
 COMPLETE = "COMPLETE"
 WEIGHTS_FILE = "model.safetensors"  # the policy's weights in a checkpoint directory
 PHASE_PREFIX = "phase-"  # phase-sft/: a finished phase of the lab/train recipe (pipeline.Phase)
-SFT_PREFIX = "sft-"  # sft-000500/: SFT in progress (weights, optimizer, schedule), removed when the stage finishes
+SFT_PREFIX = "sft-"  # sft-000500/: SFT in progress (weights, optimizer, schedule), removed once phase-sft is written
 
 
 class CheckpointError(RunStopped):
@@ -122,7 +126,7 @@ def restore_rng_state(state: dict[str, Any], sampling: torch.Generator | None) -
 # ----------------------------------------------------------------------------- writing
 
 
-def _fsync_path(path: Path) -> None:
+def fsync_path(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -162,14 +166,14 @@ def save_checkpoint(
         (tmp / "state.json").write_text(json.dumps(state, indent=1) + "\n")
         (tmp / "config.toml").write_text(config_text)
         for f in tmp.iterdir():
-            _fsync_path(f)
+            fsync_path(f)
         (tmp / COMPLETE).write_text("")
-        _fsync_path(tmp / COMPLETE)
-        _fsync_path(tmp)
+        fsync_path(tmp / COMPLETE)
+        fsync_path(tmp)
         if final.exists():  # rewriting the same step (a resumed run reaching it again)
             _remove(final)
         os.replace(tmp, final)
-        _fsync_path(root)
+        fsync_path(root)
     except Exception as err:  # safetensors and torch.save report a full disk as their own errors, not OSError
         shutil.rmtree(tmp, ignore_errors=True)
         why = "the disk is full" if _is_disk_full(err) else f"{type(err).__name__}: {err}"
@@ -198,6 +202,30 @@ def _is_disk_full(err: BaseException) -> bool:
 
 
 # ----------------------------------------------------------------------------- reading
+
+
+def refuse_older_layout(directory: Path, setting: str, needs: tuple[str, ...] = ()) -> None:
+    """ConfigError naming `setting` if `directory` was written by an rlvr older than this layout
+    (issue 34): a finished phase's checkpoint named checkpoints/stage-<name> (now phase-<name>),
+    stopped.json saying its "stage" (now "phase"), or a file this rlvr always writes there missing
+    (`needs`: a recipe's recipe_dir.txt). Read as this layout, such a directory is misread without
+    an error (its finished phases redone, its SFT checkpoint not found, the wrong model taken as
+    where RL started), so every reader of a run or recipe directory calls this first. Its weights
+    stay usable: a model/ directory is a plain model, and `rlvr export` reads a step checkpoint."""
+    signs = [f"checkpoints/{p.name}, now phase-<name>" for p in sorted((directory / "checkpoints").glob("stage-*"))]
+    try:
+        stopped = json.loads((directory / STOP_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # absent, or torn: nothing to tell from
+        stopped = None
+    if isinstance(stopped, dict) and "stage" in stopped and "phase" not in stopped:
+        signs.append(f"{STOP_FILE} with 'stage', now 'phase'")
+    signs += [f"no {name}" for name in needs if not (directory / name).exists()]
+    if signs:
+        raise ConfigError(
+            f"{setting}: {directory} was written by an older rlvr ({'; '.join(signs)}), whose layout this one cannot read "
+            "correctly; start anew from its weights: a model/ directory in it is a plain model, and `rlvr export` writes out "
+            "a step checkpoint's"
+        )
 
 
 def is_complete(path: Path) -> bool:
@@ -235,8 +263,12 @@ def save_weights(directory: Path, policy: torch.nn.Module) -> None:
 
 
 def load_weights(path: Path, policy: torch.nn.Module) -> None:
+    """The checkpoint's model.safetensors into `policy`. A checkpoint that learner ranks wrote holds
+    sharded/ instead: rlvr.sharded_checkpoint.load_policy_weights reads both kinds."""
     if not is_complete(path):
         raise CheckpointError(f"{path}: incomplete checkpoint (no {COMPLETE} marker); refusing to load it")
+    if not (path / WEIGHTS_FILE).is_file():
+        raise CheckpointError(f"{path}: no {WEIGHTS_FILE} (a checkpoint of learner ranks holds sharded/: rlvr.sharded_checkpoint reads it)")
     missing, unexpected = load_safetensors_into(policy, str(path / WEIGHTS_FILE), strict=False)
     if missing or unexpected:
         raise CheckpointError(f"{path}: weights do not fit the model (missing {missing[:3]}, unexpected {unexpected[:3]})")

@@ -19,8 +19,9 @@
 Exit status: 0 done; 2 a usage error (config, data, model path, argument: rlvr.errors.UsageError),
 nothing trained; 1 a run that had to stop (rlvr.errors.RunStopped), or an audit that failed.
 
-Each command imports what it runs inside its own function, for start-up time: `rlvr --help`,
-`rlvr config` and `rlvr doctor` answer without importing torch and transformers (seconds).
+Each command imports what it runs inside its own function, for start-up time: `rlvr --help`
+answers without importing torch or transformers; `rlvr config` and `rlvr doctor` import torch (the
+algorithm registries they list and check hold torch functions) but not transformers.
 """
 
 from __future__ import annotations
@@ -63,8 +64,12 @@ def exit_codes() -> Iterator[None]:
 
 
 def _load(config: Optional[str], overrides: Optional[list[str]]) -> Config:
+    from rlvr.tasks import task_for
+
     try:
-        return load_config(config, overrides or [])
+        cfg = load_config(config, overrides or [])
+        task_for(cfg)  # data.source's own rules: the tasks read the config, so Config.validate cannot check them
+        return cfg
     except UsageError as err:
         console.print(f"[red]config error:[/] {err}")
         raise typer.Exit(EXIT_USAGE) from None
@@ -132,7 +137,7 @@ def train(
     overrides: Optional[list[str]] = OVERRIDES,
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Validate config and data, check that the reward terms can run and that the model's config and "
-        "tokenizer load, print the resolved config, stop."
+        "tokenizer load, print the learner's plan (bytes per rank; refused if they cannot fit) and the resolved config, stop."
     ),
     resume: Optional[str] = RESUME,
     quiet: bool = typer.Option(False, help="No progress bars."),
@@ -159,6 +164,7 @@ def train(
 
 def _dry_run(cfg: Config) -> None:
     """What a run checks before it loads the model, plus the model's config and tokenizer."""
+    from rlvr.distributed.plan import refuse_if_unfit, run_plan
     from rlvr.models import check_model_loads
     from rlvr.tasks import load_splits
     from rlvr.reward import build_reward_terms, close_reward_terms
@@ -168,6 +174,10 @@ def _dry_run(cfg: Config) -> None:
         close_reward_terms(build_reward_terms(cfg.reward))  # imports, signatures, the sandbox
         train_set, held_out = load_splits(cfg, skipped)
         model = f"; model {cfg.model.path} ({check_model_loads(cfg.model.path, cfg.model.trust_remote_code)})" if cfg.model.path else ""
+        learner = run_plan(cfg, train_set)  # each learner rank's bytes; refused, with what would fit, if they cannot fit
+        if learner is not None:
+            console.print(learner.table())
+            refuse_if_unfit(learner)
     sys.stdout.write(to_toml(cfg).lstrip("\n"))
     for problem in skipped:
         console.print(f"[yellow]skipped[/] {problem.where}: {problem.message}")
@@ -175,6 +185,8 @@ def _dry_run(cfg: Config) -> None:
         seeding = "group" if cfg.distributed.backend == "ray" else "stream"
         console.print(f"rollout.seeding = 'auto' samples with {seeding!r} seeding on the {cfg.distributed.backend} backend; local "
                       "and Ray runs draw the same samples only with rollout.seeding = 'group' on both")
+    if learner is None:
+        console.print(f"no learner plan: {cfg.model.path}'s architecture is outside the Llama family the plan's formulas follow")
     console.print(f"[green]ok:[/] config valid; {len(train_set)} train and {len(held_out)} held-out examples{model}")
 
 
@@ -359,11 +371,15 @@ def recipe(
 @app.command("config")
 def show_config() -> None:
     """List every config field with its default and help text."""
+    from rlvr.tasks import TASKS
+
     table = Table(show_lines=False)
     table.add_column("field", no_wrap=True)  # whole names, so `rlvr config | grep NAME` works
     table.add_column("default", no_wrap=True)
     table.add_column("meaning")
     for name, default, help_text in field_help():
+        if name == "data.source":  # its names are the registered tasks, which sit above the config (rlvr.tasks)
+            help_text += " One of: " + TASKS.describe() + "."
         table.add_row(name, default, help_text)
     make_console(stderr=False).print(table)
 

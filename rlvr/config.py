@@ -48,9 +48,10 @@ def knob(default: Any, help: str) -> Any:
 
 
 def choice(registry: str, default: str, help: str) -> Any:
-    """A string field whose allowed values are the names in a registry ("module:NAME", imported
-    when first needed so that reading a config does not import torch): a registered function is
-    selectable without touching this file, and `rlvr config` lists each with its docstring."""
+    """A string field whose allowed values are the names in a registry ("module:NAME", a registry on
+    a floor below this one, imported when a value is first checked or listed, so that importing
+    rlvr.config alone imports no torch): a registered function is selectable without touching this
+    file, and `rlvr config` lists each with its docstring."""
     return field(default=default, metadata={"help": help, "choices": registry})
 
 
@@ -101,8 +102,8 @@ class RunConfig:
         "kernel time in a cold forward + backward; the peak grows (~1 GB there: freed blocks that fit no later request stay). "
         "Process-wide; off sets glibc's initial thresholds back (without its own adaptive threshold)."
     )
-    report: bool = knob(True, "Write report.html (plots, evaluations, samples, the doctor's verdicts) at the end of every stage; `rlvr report` redraws it.")
-    report_every: int = knob(100, "During RL, also redraw report.html every N steps (about a second each at the lab's size); 0 = at stage ends only.")
+    report: bool = knob(True, "Write report.html (plots, evaluations, samples, the doctor's verdicts) at the end of every phase; `rlvr report` redraws it.")
+    report_every: int = knob(100, "During RL, also redraw report.html every N steps (about a second each at the lab's size); 0 = at phase ends only.")
 
     def validate(self) -> None:
         _require(self.threads >= 0, "run.threads", "must be >= 0")
@@ -184,8 +185,10 @@ class TaskConfig:
 
 @dataclass
 class DataConfig:
-    source: str = choice(
-        "rlvr.tasks:TASKS", "arithmetic", "The task the problems come from: a name registered in rlvr/tasks/ (data.mix, when set, "
+    # Not a `choice`: the tasks sit above the config (they read it), so a task's name and its own rules are checked
+    # by rlvr.tasks.task_for, which every command calls before any work (`rlvr config` lists the names).
+    source: str = knob(
+        "arithmetic", "The task the problems come from: a name registered in rlvr/tasks/ (data.mix, when set, "
         "mixes several, and this is the one its entries default to)."
     )
     gym_tasks: list[str] = knob([], "source = 'reasoning_gym': task names, e.g. [\"basic_arithmetic\", \"chain_sum\", \"spell_backward\"].")
@@ -234,9 +237,6 @@ class DataConfig:
     )
 
     def validate(self) -> None:
-        tasks = _registry_of("rlvr.tasks:TASKS")
-        _require(self.source in tasks, "data.source", f"{self.source!r} is not one of {list(tasks)}")
-        tasks[self.source].check_data(self)  # the rules of the task's own settings (data.gym_*, a train_path it needs)
         _require(self.max_rows >= 0, "data.max_rows", "must be >= 0")
         _require(0.0 <= self.skip_solved_rate <= 1.0, "data.skip_solved_rate", "must be in [0, 1] (0 = off)")
         _require(0.0 <= self.solved_keep_prob < 1.0, "data.solved_keep_prob", "must be in [0, 1)")
@@ -599,7 +599,7 @@ class RewardConfig:
     overlong_penalty: float = knob(1.0, "Penalty at max_new_tokens for the overlong term (DAPO: 1.0).")
     workers: int = knob(
         0, "Score registered verifiers in this many worker processes, each item under a hard timeout (a hung verifier is killed, "
-        "its sample counted missing; their timing is logged as verify/<term>/*); 0 scores in the training process (fine for the "
+        "its sample counted missing; their timing is logged as time/verify/<term>/*); 0 scores in the training process (fine for the "
         "bounded built-in math verifier)."
     )
     timeout_s: float = knob(
@@ -680,6 +680,34 @@ class DistributedConfig:
         3, "Times Ray restarts each worker that dies (its process killed, its node lost), redoing its unfinished calls; -1 = "
         "always (a worker that crashes the same way every time then retries forever)."
     )
+    learner_workers: int = knob(
+        0, "Learner ranks (Ray actors forming one torch.distributed group) that hold and train the policy; 0: the learner "
+        "stays in the driver process, as on the local backend (docs/distributed.md, 'The sharded learner')."
+    )
+    learner_strategy: Literal["fsdp", "ddp"] = knob(
+        "fsdp", "How learner ranks split the model: 'fsdp' shards parameters, gradients and optimizer state per transformer "
+        "block (torch FSDP2, fully_shard); 'ddp' keeps a whole copy on each rank and sums gradients in rank order."
+    )
+    cpus_per_learner: float = knob(1.0, "CPUs Ray reserves for each learner rank; its torch threads are this, rounded, at least 1.")
+    gpus_per_learner: float = knob(0.0, "GPUs Ray reserves for each learner rank (> 0: the rank trains on cuda, its group uses NCCL).")
+    learner_offload: bool = knob(
+        False, "FSDP only: keep the ranks' parameter shards, gradients and optimizer state in host memory (FSDP2's "
+        "CPUOffloadPolicy; the optimizer steps on the CPU), trading step time for device memory."
+    )
+    weight_sync: Literal["auto", "collective", "object_store"] = knob(
+        "auto", "How updated weights reach the rollout workers: 'collective' broadcasts them parameter by parameter through a "
+        "process group of the learner (rank 0) and every rollout worker; 'object_store' puts them into Ray's object store "
+        "once; 'auto': collective for synchronous rollout workers on GPUs (NCCL), else the object store (faster on CPU, "
+        "where gloo goes over TCP; docs/distributed.md). Collective cannot serve async rounds in flight (max_staleness > 0)."
+    )
+    device_memory_gb: float = knob(
+        0.0, "Memory of one learner device in GiB, for the plan's check (rlvr train --dry-run): 0 takes the device's own "
+        "(a GPU's total memory) and checks nothing on CPU."
+    )
+    sync_bandwidth_gbs: float = knob(
+        10.0, "GB/s the plan assumes for the weight broadcast to rollout workers (its estimated sync time; measured figures "
+        "in docs/distributed.md)."
+    )
 
     def validate(self) -> None:
         _require(self.rollout_workers >= 1, "distributed.rollout_workers", "must be >= 1")
@@ -691,6 +719,16 @@ class DistributedConfig:
         _require(self.max_restarts >= -1, "distributed.max_restarts", "must be >= 0, or -1 (always)")
         bad = {k: v for k, v in self.resources.items() if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0}
         _require(not bad, "distributed.resources", f"amounts must be numbers >= 0, got {bad}")
+        _require(self.learner_workers >= 0, "distributed.learner_workers", "must be >= 0 (0: the learner stays in the driver)")
+        _require(self.cpus_per_learner >= 0 and self.gpus_per_learner >= 0, "distributed.cpus_per_learner",
+                 "CPUs and GPUs per learner rank must be >= 0")
+        _require(not (self.learner_offload and self.learner_strategy != "fsdp"), "distributed.learner_offload",
+                 "offloads FSDP's shards; it needs distributed.learner_strategy = 'fsdp'")
+        _require(self.device_memory_gb >= 0, "distributed.device_memory_gb", "must be >= 0 (0: the device's own)")
+        _require(self.sync_bandwidth_gbs > 0, "distributed.sync_bandwidth_gbs", "must be > 0")
+        _require(not (self.weight_sync == "collective" and self.mode == "async" and self.max_staleness > 0), "distributed.weight_sync",
+                 "= 'collective' cannot serve async mode with max_staleness > 0: a broadcast needs every rollout worker at once, so "
+                 "the learner would wait for the rounds in flight, the overlap async mode exists for; use 'object_store' or 'auto'")
 
 
 @dataclass
@@ -727,13 +765,6 @@ class Config:
             f"{[name for name in surrogates if surrogates.trait(name, 'dual_clip', False)]}); set it to 0",
         )
         # Settings that are valid alone but contradict each other: say which and why.
-        tasks = _registry_of("rlvr.tasks:TASKS")
-        for source in dict.fromkeys([self.data.source] + [str(t.get("source", self.data.source)) for t in self.data.mix]):
-            judge = getattr(tasks.get(source), "routes_to", None)  # a mixture entry's unknown source is reported where it is read
-            _require(
-                judge is None or judge in self.reward.functions, "reward.functions",
-                f"= {self.reward.functions} has no {judge} term, but the rows of data.source = {source!r} are judged by it; add \"{judge}\"",
-            )
         _require(
             not (self.data.skip_solved_rate > 0 and self.distributed.mode == "async" and self.distributed.max_staleness > 0),
             "data.skip_solved_rate", "cannot be used with asynchronous rollouts (distributed.mode = 'async', max_staleness > 0): the "
@@ -748,7 +779,6 @@ class Config:
         _require(
             not (self.sft.save_model and self.sft.steps == 0), "sft.save_model", "is true but sft.steps = 0: there is no SFT model to save"
         )
-        tasks[self.data.source].check(self)  # what the task needs of the other sections (data.mix's entries default to it)
         _require(
             not (self.checkpoint.auto_resume and not self.run.output_dir),
             "checkpoint.auto_resume",
@@ -811,7 +841,8 @@ def _check_ray_only_settings(dist: DistributedConfig) -> None:
     Refused when set away from their defaults (the resource settings stay harmless)."""
     default = DistributedConfig()
     for name, effect in (("mode", "sampling ahead of the learner"), ("max_staleness", "how stale async samples may be"),
-                         ("rollout_workers", "how many workers sample")):
+                         ("rollout_workers", "how many workers sample"), ("learner_workers", "learner ranks on Ray actors"),
+                         ("weight_sync", "how weights reach Ray's rollout workers")):
         value = getattr(dist, name)
         _require(
             value == getattr(default, name), f"distributed.{name}",
@@ -994,7 +1025,7 @@ def load_config(
         nested: dict[str, Any] = {keys[-1]: value}
         for part in reversed(keys[:-1]):
             nested = {part: nested}
-        layers.append(("", nested))
+        layers.append(("", resolve_input_paths(nested, Path.cwd())))  # a shell user's path means one from here: made absolute
 
     cfg = Config()
     presets = [t["algo"]["preset"] for _, t in layers if isinstance(t.get("algo"), dict) and "preset" in t["algo"]]

@@ -6,19 +6,24 @@ a relative value written in a file becomes the absolute path next to the file *w
 exists*; otherwise it stays as written, for what it then is: a hub id (Qwen/Qwen2.5-1.5B,
 openai/gsm8k), a named preset (grpo), or a path from the working directory. A hub id is taken for
 a path only when a directory of that name sits next to the file, and transformers and datasets
-then load that local directory too.
+then load that local directory too. A keyword is never a path, whatever sits next to the file: a
+named preset (algo.preset = "grpo"; a preset file ends in .toml), and in a recipe, an rft stage's
+base = "start" and a distill stage's student = "tiny[:key=value,...]" (`is_keyword`).
 
-Not resolved: command-line overrides (paths from the working directory, as a shell user means
-them), and run.output_dir (outputs go under the directory rlvr runs in, as the default
-runs/<command>-<time> does). A run's saved config.toml holds the absolute paths, so resuming or
-evaluating it does not depend on where rlvr runs from.
+A command-line override means a path from the working directory, as a shell user means it: it
+becomes the absolute path there by the same rule (when that path exists; a hub id or a path that
+does not exist stays as written). run.output_dir is never resolved (outputs go under the directory
+rlvr runs in, as the default runs/<command>-<time> does). So a run's saved config.toml holds
+absolute paths for everything that existed when it started, and resuming or evaluating it reads
+the same files from wherever rlvr runs; a value left relative (a hub id) is read next to the run
+directory only if something of that name is there.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 # Every config field whose value names a file, a directory, a model, a dataset or a run to read:
 # (section, field). data.mix entries take data's fields, so theirs are resolved too.
@@ -31,15 +36,33 @@ INPUT_PATH_FIELDS = (
     ("algo", "preset"),  # a named preset or a preset TOML file
 )
 
+# The values of a field (a config field "section.name", or a recipe stage's option) that are
+# keywords, not paths.
+KEYWORDS: dict[str, Callable[[str], bool]] = {
+    "algo.preset": lambda value: not value.endswith(".toml"),  # grpo, dapo, ...: rlvr/presets/NAME.toml
+    "base": lambda value: value == "start",  # a recipe's rft stage: the recipe's starting model
+    "student": lambda value: value == "tiny" or value.startswith("tiny:"),  # a recipe's distill stage: a fresh tiny model
+}
 
-def path_next_to(value: str, directory: Path) -> str:
-    """`value` as the absolute path next to `directory` when that exists, else as written. A run
-    point (`runs/a@50`: see rlvr.sources) keeps its `@point` after the resolved run directory.
+
+def is_keyword(name: str, value: str) -> bool:
+    """Whether `value` of the field or recipe option `name` is one of its keywords (never a path).
+
+    >>> is_keyword("base", "start"), is_keyword("student", "tiny:num_layers=1"), is_keyword("model.path", "start")
+    (True, True, False)
+    """
+    return name in KEYWORDS and KEYWORDS[name](value)
+
+
+def path_next_to(value: str, directory: Path, name: str = "") -> str:
+    """`value` as the absolute path next to `directory` when that exists, else as written; a keyword
+    of the field or recipe option `name` (`is_keyword`) stays as written. A run point (`runs/a@50`:
+    see rlvr.sources) keeps its `@point` after the resolved run directory.
 
     >>> path_next_to("Qwen/Qwen2.5-1.5B", Path("/nonexistent"))
     'Qwen/Qwen2.5-1.5B'
     """
-    if not value or Path(value).expanduser().is_absolute():
+    if not value or Path(value).expanduser().is_absolute() or is_keyword(name, value):
         return value
     if (directory / value).exists():
         return os.path.abspath(directory / value)
@@ -56,7 +79,7 @@ def resolve_input_paths(table: dict[str, Any], directory: Path) -> dict[str, Any
     out = dict(table)
     for section, name in INPUT_PATH_FIELDS:
         if isinstance(out.get(section), dict) and isinstance(out[section].get(name), str):
-            out[section] = {**out[section], name: path_next_to(out[section][name], directory)}
+            out[section] = {**out[section], name: path_next_to(out[section][name], directory, f"{section}.{name}")}
     mix = out.get("data", {}).get("mix") if isinstance(out.get("data"), dict) else None
     if isinstance(mix, list):
         entries = [resolve_input_paths({"data": entry}, directory)["data"] if isinstance(entry, dict) else entry for entry in mix]

@@ -14,9 +14,10 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 from collections import Counter
-from typing import Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
-from transformers import PreTrainedTokenizerBase
+if TYPE_CHECKING:  # annotations only: reading data (and `rlvr config`, which lists the tasks) needs no transformers
+    from transformers import PreTrainedTokenizerBase
 
 from rlvr.config import DataConfig
 from rlvr.errors import UsageError

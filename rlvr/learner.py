@@ -26,12 +26,13 @@ from typing import Any, Protocol
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from rlvr.checkpoint import fault_point, load_weights, restore_rng_state, rng_state, save_weights
+from rlvr.checkpoint import fault_point, load_weights, read_state, restore_rng_state, rng_state, save_weights
 from rlvr.config import Config
 from rlvr.data import Example, chat_prompts, format_prompt
 from rlvr.models import reference_for
 from rlvr.optim import new_adamw
 from rlvr.rollout import Rollouts, Sampler
+from rlvr.sharded_checkpoint import is_sharded, load_sharded
 from rlvr.update import UpdateSettings, rl_update, sequence_kl_to_reference
 
 
@@ -148,6 +149,7 @@ class LocalLearner:
         self.generator = torch.Generator(device=self.device).manual_seed(cfg.run.seed)
         self.seed, self.rounds = cfg.run.seed, 0  # rounds: generate calls so far (rollout.seeding = "group" seeds by it)
         self.lookahead = 0
+        self.optimizer_loaded = False  # by load_policy, from a checkpoint that learner ranks wrote
         self.sampler = Sampler(policy, tokenizer, cfg.rollout.sampling(), cfg.rollout.engine)
         self.gradient_checkpointing = cfg.model.gradient_checkpointing
         if self.gradient_checkpointing:
@@ -180,14 +182,22 @@ class LocalLearner:
         save_weights(directory, self.policy)
 
     def load_policy(self, directory: Path) -> None:
-        load_weights(directory, self.policy)
+        """model.safetensors; or the shards learner ranks wrote (a run resumed with learner_workers = 0),
+        with the optimizer state, which such a checkpoint keeps beside its weights, not in trainer.pt."""
+        if is_sharded(directory):
+            read_state(directory)  # refuses an incomplete checkpoint
+            load_sharded(directory, self.policy, self.optimizer)
+            self.optimizer_loaded = True
+        else:
+            load_weights(directory, self.policy)
 
     def trainer_state(self) -> dict[str, Any]:
         return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(), "rng": rng_state(self.generator),
                 "rounds": self.rounds}
 
     def load_trainer_state(self, state: dict[str, Any]) -> None:
-        self.optimizer.load_state_dict(state["optimizer"])
+        if not self.optimizer_loaded:  # else load_policy loaded it, from a sharded checkpoint
+            self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         restore_rng_state(state["rng"], self.generator)
         self.rounds = state.get("rounds", 0)  # absent in checkpoints from before it was recorded

@@ -45,6 +45,7 @@ from rlvr.checkpoint import (
     load_trainer,
     load_weights,
     read_state,
+    refuse_older_layout,
     remove_checkpoints,
     restore_rng_state,
     rng_state,
@@ -95,12 +96,8 @@ def prepare_run_dir(cfg: Config, command: str, resume: bool) -> tuple[Path, bool
             f"run.output_dir: {run_dir} already holds a run; continue it with --resume {run_dir} "
             "(or checkpoint.auto_resume=true), or choose another directory"
         )
-    older = sorted(p.name for p in (run_dir / "checkpoints").glob("stage-*")) if started else []
-    if older:  # rlvr before issue 34 named a finished phase's checkpoint stage-<name>; reading past them would redo those phases
-        raise ConfigError(
-            f"run.output_dir: {run_dir} was written by an older rlvr (checkpoints {', '.join(older)}; now phase-<name>), and "
-            "cannot be resumed by this one; start a new run from its weights (rlvr export)"
-        )
+    if started:  # resuming past an older layout's stage-<name> checkpoints would redo those phases
+        refuse_older_layout(run_dir, "run.output_dir")
     return new_run_dir(command, run_dir, setting="run.output_dir"), started
 
 

@@ -92,7 +92,7 @@ class RewardTerm:
             def pick(items):
                 return [items[i] for i in mine] if items is not None else None
             part = self._score(pick(prompts), pick(completions), pick(examples), pick(lengths), pick(prompt_messages), pick(completion_ids)) \
-                if mine else TermScores([], pool=PoolTiming() if self.pool is not None else None)  # pooled: its verify/ keys every step
+                if mine else TermScores([], pool=PoolTiming() if self.pool is not None else None)  # pooled: its time/verify/ keys every step
             return _scatter(part, mine, len(examples))
         return self._score(prompts, completions, examples, lengths, prompt_messages, completion_ids)
 
@@ -257,7 +257,7 @@ class Scores:
 
     def metrics(self) -> dict[str, float | int | None]:
         """reward/<term> (mean over present values), reward/<term>/missing, /errors and /timeouts;
-        for a term scored in worker processes (reward.workers > 0) also verify/<term>/seconds,
+        for a term scored in worker processes (reward.workers > 0) also time/verify/<term>/seconds,
         /items_per_s and /slowest_item_s (`PoolTiming`)."""
         out: dict[str, float | int | None] = {}
         for name, t in self.terms.items():
@@ -266,9 +266,9 @@ class Scores:
             out[f"reward/{name}/missing"] = len(t.values) - len(present)
             out[f"reward/{name}/errors"] = t.errors
             out[f"reward/{name}/timeouts"] = t.timeouts
-        for name, t in self.terms.items():  # after every reward/ key: the line reads as before with verify/ appended
+        for name, t in self.terms.items():  # after every reward/ key: the line reads as before with time/verify/ appended
             if t.pool is not None:
-                out.update(t.pool.metrics(f"verify/{name}"))
+                out.update(t.pool.metrics(f"time/verify/{name}"))
         return out
 
     @staticmethod

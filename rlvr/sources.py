@@ -19,9 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlvr.checkpoint import PHASE_PREFIX, complete_step_checkpoints, is_complete, latest_step_checkpoint, load_weights, step_name
+from rlvr.checkpoint import PHASE_PREFIX, complete_step_checkpoints, is_complete, latest_step_checkpoint, refuse_older_layout, step_name
 from rlvr.config import Config, ConfigError, load_config
 from rlvr.models import add_lora, check_model_path, load_model, load_tokenizer, merged
+from rlvr.sharded_checkpoint import load_policy_weights
 
 POINTS = ("final", "start", "sft")
 
@@ -31,7 +32,7 @@ class ModelSource:
     spec: str  # as the user gave it
     description: str  # for reports: "runs/a (final policy: runs/a/model)"
     skeleton: str  # a model directory or hub id: config, tokenizer, and the weights unless `checkpoint` is set
-    checkpoint: Path | None = None  # a complete checkpoint whose model.safetensors replaces the skeleton's weights
+    checkpoint: Path | None = None  # a complete checkpoint whose weights (model.safetensors or sharded/) replace the skeleton's
     lora: bool = False  # the checkpoint holds a LoRA-wrapped policy (an RL step of a LoRA run)
     run_dir: Path | None = None
     run_config: Config | None = None
@@ -52,7 +53,7 @@ class ModelSource:
             if self.lora:
                 assert cfg is not None
                 model = add_lora(model, cfg.model)
-            load_weights(self.checkpoint, model)
+            load_policy_weights(self.checkpoint, model)
             model = merged(model)
         return model.to(device), tokenizer
 
@@ -83,6 +84,7 @@ def run_start(run_dir: Path, cfg: Config) -> str:
 
 
 def _from_run(spec: str, run_dir: Path, point: str, what: str) -> ModelSource:
+    refuse_older_layout(run_dir, what)  # an older rlvr's checkpoints/stage-sft would read as "no SFT"
     cfg = load_config(run_dir / "config.toml", for_training=False)
     start = run_start(run_dir, cfg)
     checkpoints = run_dir / "checkpoints"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -50,22 +50,39 @@ def length_buckets(rows: torch.Tensor, prompt_len_B: torch.Tensor, completion_le
     return buckets[::-1]
 
 
+def chunk_logprobs(model: PreTrainedModel, chunk: Rollouts, temperature: float, *,
+                   with_entropy: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """(B, T) log-probs of the chunk's completions under `model` (and the per-token entropy when
+    asked): the one place the update scores tokens. `model` is a transformers model, a LoRA
+    policy's `AdapterOffReference`, or anything with a `score_chunk(chunk, temperature,
+    with_entropy)` method: a learner rank's FSDP-sharded model, which must be called through its
+    root module so that FSDP gathers the parameters (rlvr/distributed/learner_rank.py)."""
+    score_chunk = getattr(model, "score_chunk", None)
+    if score_chunk is not None:
+        return score_chunk(chunk, temperature, with_entropy)
+    return completion_logprobs(model, chunk.prompt_ids_BP, chunk.prompt_mask_BP, chunk.completion_ids_BT, chunk.completion_mask_BT,
+                               temperature, with_entropy=with_entropy)
+
+
 def frozen_logprobs(model: PreTrainedModel, chunks: list[Rollouts], temperature: float) -> list[torch.Tensor]:
     """Log-probs of each chunk's completions under `model`, without a graph."""
     with torch.no_grad():
-        return [
-            completion_logprobs(model, c.prompt_ids_BP, c.prompt_mask_BP, c.completion_ids_BT, c.completion_mask_BT, temperature)
-            for c in chunks
-        ]
+        return [chunk_logprobs(model, c, temperature) for c in chunks]
 
 
 def policy_logprobs(policy: PreTrainedModel, chunk: Rollouts, temperature: float, *,
                     with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(B, T) log-probs of the chunk's completions under `policy`, with their graph, and the
     per-token entropy (with its graph) when asked for, else None."""
-    scored = completion_logprobs(policy, chunk.prompt_ids_BP, chunk.prompt_mask_BP, chunk.completion_ids_BT, chunk.completion_mask_BT,
-                                 temperature, with_entropy=with_entropy)
+    scored = chunk_logprobs(policy, chunk, temperature, with_entropy=with_entropy)
     return scored if with_entropy else (scored, None)
+
+
+def chunk_sequence_kl(policy: PreTrainedModel, reference: PreTrainedModel, chunk: Rollouts, *, estimator: str,
+                      temperature: float) -> torch.Tensor:
+    """(B,) summed per-token KL(policy || reference) of one micro-batch, no graph."""
+    (logp,), (ref,) = frozen_logprobs(policy, [chunk], temperature), frozen_logprobs(reference, [chunk], temperature)
+    return sequence_kl(logp, ref, chunk.completion_mask_BT, estimator)
 
 
 def sequence_kl_to_reference(
@@ -82,9 +99,7 @@ def sequence_kl_to_reference(
     rows = torch.arange(rollouts.completion_ids_BT.shape[0], device=rollouts.completion_ids_BT.device)
     kl_B = torch.zeros(len(rows), device=rows.device)
     for part in micro_batches(rows, micro_batch_size):
-        chunk = rollouts.select(part)
-        (logp,), (ref,) = frozen_logprobs(policy, [chunk], temperature), frozen_logprobs(reference, [chunk], temperature)
-        kl_B[part] = sequence_kl(logp, ref, chunk.completion_mask_BT, estimator)
+        kl_B[part] = chunk_sequence_kl(policy, reference, rollouts.select(part), estimator=estimator, temperature=temperature)
     return kl_B
 
 
@@ -251,6 +266,26 @@ class UpdateMetrics:
         self.grad_norm += grad_norm
         self.skipped += not stepped
 
+    @classmethod
+    def merged(cls, parts: list[UpdateMetrics]) -> UpdateMetrics:
+        """The metrics of one update run by several processes (`Share`), given in rank order: their
+        token sums added, the largest mismatch and the slowest process's times kept. The loss, the
+        gradient norm and the skipped passes are the whole update's on every process (reduced
+        before the step decides), so the first's stand."""
+        if len(parts) == 1:
+            return parts[0]
+        out = cls()
+        out.loss, out.grad_norm, out.skipped = parts[0].loss, parts[0].grad_norm, parts[0].skipped
+        for part in parts:
+            out.tokens += part.tokens
+            for name, value in part.token_sums.items():
+                out.token_sums[name] += value
+            for name, value in part.tis_sums.items():
+                out.tis_sums[name] += value
+            out.mismatch_sum, out.mismatch_max = out.mismatch_sum + part.mismatch_sum, max(out.mismatch_max, part.mismatch_max)
+            out.seconds = {name: max(out.seconds[name], part.seconds[name]) for name in out.seconds}
+        return out
+
     def summary(self, settings: UpdateSettings, plan: MicroBatchPlan, lr: float) -> dict[str, float]:
         passes = settings.num_iterations
         out = {name: value / max(self.tokens, 1) for name, value in self.token_sums.items()}
@@ -297,18 +332,61 @@ def rl_update(
     AdamW's momentum and weight decay, and warmup should count real updates. A pass whose loss or
     gradient is not finite is skipped the same way (`guarded_step`).
     """
+    plan = plan_micro_batches(rollouts, advantages_B, include_B, settings)
+    log = run_update(policy, optimizer, scheduler, rollouts, advantages_B, settings, plan, Share.whole(plan), reference=reference)
+    return log.summary(settings, plan, scheduler.get_last_lr()[0])
+
+
+@dataclass(frozen=True)
+class Share:
+    """The part of a planned update one process runs, and how it joins the processes that run the
+    rest (learner ranks: rlvr/distributed/learner_rank.py). Alone (`Share.whole`) it runs every
+    micro-batch and reduces nothing, which is `rl_update`.
+
+    Every process shares the plan's whole-batch normaliser, so the sum of their gradients is the
+    gradient of the whole batch, as the sum of micro-batches' gradients is in one process."""
+
+    parts: list[torch.Tensor]  # the plan's micro-batches (row indices) this process forwards, in order
+    forwards: int  # micro-batch forwards per pass, >= len(parts); the rest are zero-weight forwards of `pad_rows`
+    pad_rows: torch.Tensor | None = None  # a real row or few: what a zero-weight forward scores
+    # Sums the processes' gradients into every process's (trainable) parameters after a pass's
+    # backwards; None: alone, or the model reduces them itself during backward (FSDP).
+    reduce_gradients: Callable[[list[torch.nn.Parameter]], None] | None = None
+    # A pass's loss total over every process, added in rank order; None: alone. The non-finite
+    # guard reads it, so every process decides alike whether to step.
+    reduce_loss: Callable[[torch.Tensor], torch.Tensor] | None = None
+
+    @classmethod
+    def whole(cls, plan: MicroBatchPlan) -> Share:
+        return cls(plan.parts, len(plan.parts))
+
+
+def run_update(policy: PreTrainedModel, optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LRScheduler,
+               rollouts: Rollouts, advantages_B: torch.Tensor, settings: UpdateSettings, plan: MicroBatchPlan, share: Share, *,
+               reference: PreTrainedModel | None = None) -> UpdateMetrics:
+    """`rl_update`'s passes over this process's `share` of `plan`; returns the running sums (the
+    processes' sums merge with `UpdateMetrics.merged`, then `summary`). A step is taken when the
+    plan forwards anything at all, on every process alike."""
     st, log = settings, UpdateMetrics()
-    plan = plan_micro_batches(rollouts, advantages_B, include_B, st)
-    chunks, adv_chunks = [rollouts.select(rows) for rows in plan.parts], [advantages_B[rows] for rows in plan.parts]
+    chunks, adv_chunks = [rollouts.select(rows) for rows in share.parts], [advantages_B[rows] for rows in share.parts]
+    real = len(chunks)
+    if share.forwards > real:  # zero-weight forwards (Share)
+        chunks += [rollouts.select(share.pad_rows)] * (share.forwards - real)
     with log.timed("time/frozen_forward"):
         old, ref = old_and_reference_logprobs(policy, reference, chunks, st)
-    tis: list[torch.Tensor | None] = [None] * len(chunks)  # once per chunk, on the first pass: they do not change across passes
+    tis: list[torch.Tensor | None] = [None] * real  # once per chunk, on the first pass: they do not change across passes
     # The optimizer's parameters, not policy.parameters(): frozen (LoRA base) weights may hold stale grads.
     trainable = [p for group in optimizer.param_groups for p in group["params"]]
     for pass_index in range(st.num_iterations):
         optimizer.zero_grad(set_to_none=True)
         total = torch.zeros((), device=advantages_B.device)
         for i, chunk in enumerate(chunks):
+            if i >= real:  # a zero-weight forward: the same modules run (and gather), every gradient adds exactly 0
+                with log.timed("time/forward"):
+                    logp, _ = policy_logprobs(policy, chunk, st.temperature, with_entropy=False)
+                with log.timed("time/backward"):
+                    backward_outside_autocast((logp * chunk.completion_mask_BT).sum() * 0.0)
+                continue
             with log.timed("time/forward"):
                 # The policy's entropy is computed only for the bonus: the step's entropy is already logged
                 # from sampling (rollout/entropy), and a (B, T, V) extra costs memory on real vocabularies.
@@ -323,8 +401,13 @@ def rl_update(
                 backward_outside_autocast(loss)
             total += loss.detach()
             log.add_micro_batch(metrics, logp.detach(), chunk, first_pass=pass_index == 0)
-        if chunks:
+        if share.reduce_gradients is not None:
+            with log.timed("time/backward"):
+                share.reduce_gradients(trainable)
+        if share.reduce_loss is not None:
+            total = share.reduce_loss(total)
+        if plan.parts:
             with log.timed("time/optimizer"):
                 log.add_step(*guarded_step(optimizer, scheduler, trainable, st.max_grad_norm, total))
         log.loss += float(total)
-    return log.summary(st, plan, scheduler.get_last_lr()[0])
+    return log

@@ -18,15 +18,16 @@ torch.set_flush_denormal(True)
 INTEGRATION_FILES = {
     "test_audit.py", "test_cli.py", "test_code_datasets.py", "test_code_task.py", "test_console.py", "test_data_sources.py",
     "test_distributed.py", "test_end_to_end.py", "test_evaluate.py", "test_golden.py", "test_gym.py", "test_import_gguf.py",
-    "test_labs.py", "test_loop.py", "test_lora.py", "test_preset_runs.py", "test_recipe.py", "test_report.py", "test_resume.py",
-    "test_rft.py", "test_thinking.py", "test_trackers.py", "test_verify_pool.py",
+    "test_labs.py", "test_learner_group.py", "test_loop.py", "test_lora.py", "test_preset_runs.py", "test_recipe.py", "test_report.py",
+    "test_resume.py", "test_rft.py", "test_sharded_checkpoint.py", "test_thinking.py", "test_trackers.py", "test_verify_pool.py",
+    "test_weight_sync.py",
 }
 
 # Fixtures that build something several tests read (a trained run, a Ray cluster). Under
 # `make test` (-n 2 --dist loadgroup) every worker would build its own copy of a fixture one of its
 # tests needs; putting the tests that read one in one xdist group builds it once. Most expensive
 # first: a test that reads two joins the group of the first.
-SHARED_FIXTURES = ["cluster", "uninterrupted", "whole", "solvable_run", "toy_run", "reported_run", "think_run"]
+SHARED_FIXTURES = ["cluster", "learner_cluster", "uninterrupted", "whole", "solvable_run", "toy_run", "reported_run", "think_run", "sharded_runs"]
 
 
 def pytest_ignore_collect(collection_path, config):

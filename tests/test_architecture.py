@@ -3,7 +3,8 @@
 Two rules keep rlvr readable from the bottom up:
 - no import cycle, counting every `import` of an rlvr module wherever it stands: at module level,
   inside a function (a "lazy" import is still a dependency; hiding a cycle in a function only
-  defers it) or under `if TYPE_CHECKING`;
+  defers it) or under `if TYPE_CHECKING`, and every "rlvr.module:NAME" string, which importlib
+  turns into an import when it is read (config's `choice` fields name their registries so);
 - the floors below: a module imports from its own floor or lower ones, never from a higher one.
 
 A new module must be given a floor in FLOORS (the test says so): that is where its place in the
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "rlvr"
@@ -25,11 +27,13 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("foundations: pure math, verifiers, files", (
         "rlvr", "rlvr.errors", "rlvr.files", "rlvr.allocator", "rlvr.batching", "rlvr.algorithms", "rlvr.verifiers",
         "rlvr.stages.estimators")),
-    # config validates names against the registries below it, and run.trackers against what is installed
+    # config validates names against the registries below it, and run.trackers against what is installed;
+    # the tasks read the config, so their own rules are checked by rlvr.tasks.task_for, not by the config
     ("config", ("rlvr.config", "rlvr.config_paths", "rlvr.sampling", "rlvr.trackers", "rlvr.verifiers.contract", "rlvr.verifiers.pool")),
     ("data, tasks, rewards, metrics", (
         "rlvr.data", "rlvr.tasks", "rlvr.reward", "rlvr.metrics", "rlvr.monitor", "rlvr.doctor", "rlvr.checkpoint")),
-    ("models, sampling, scoring", ("rlvr.architecture", "rlvr.models", "rlvr.logprobs", "rlvr.rollout", "rlvr.sources")),
+    ("models, sampling, scoring", ("rlvr.architecture", "rlvr.models", "rlvr.sharded_checkpoint", "rlvr.logprobs", "rlvr.rollout",
+                                    "rlvr.sources")),
     ("one step: update, learner, stages", ("rlvr.optim", "rlvr.update", "rlvr.learner", "rlvr.stages")),
     ("the RL loop", ("rlvr.loop",)),
     ("the run floor: settings, run directories, model and data set-up, reports", ("rlvr.runtime", "rlvr.report")),
@@ -38,6 +42,9 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("commands", ("rlvr.commands", "rlvr.labs", "rlvr.audit")),
     ("the command line", ("rlvr.cli",)),
 ]
+
+
+BY_NAME = re.compile(r"(rlvr(?:\.\w+)*):\w+")  # "rlvr.algorithms.surrogate:SURROGATES", as config.choice names a registry
 
 
 @functools.cache
@@ -50,11 +57,14 @@ def module_files() -> dict[str, Path]:
 
 
 def imports_of(module: str, path: Path, modules: dict[str, Path]) -> dict[str, int]:
-    """The rlvr modules `module` imports, each with the line of its first import."""
+    """The rlvr modules `module` imports, each with the line of its first import (a whole string
+    "rlvr.x.y:NAME" counts: importlib imports rlvr.x.y when the name is looked up)."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found: dict[str, int] = {}
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
-        if isinstance(node, ast.Import):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and (spec := BY_NAME.fullmatch(node.value)):
+            names = [spec.group(1)]
+        elif isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
@@ -202,6 +212,9 @@ def test_the_checks_can_fail(tmp_path):
     probe = tmp_path / "a.py"
     probe.write_text("from .b import c\ndef f():\n    import rlvr.b as b\n    from rlvr.a import thing\n", encoding="utf-8")
     assert imports_of("rlvr.a", probe, modules) == {"rlvr.b.c": 1, "rlvr.b": 3}
+    by_name = tmp_path / "d.py"  # a registry named by string is an import; a docstring that mentions one is not
+    by_name.write_text('"""Set reward.functions = ["rlvr.a:f"]."""\nX = choice("rlvr.b.c:REGISTRY", "x", "help")\n', encoding="utf-8")
+    assert imports_of("rlvr.d", by_name, modules) == {"rlvr.b.c": 2}
     assert lazy_imports(probe) == [(3, "rlvr.b"), (4, "rlvr.a")]
     assert cycles({"rlvr.a": {"rlvr.b": 1}, "rlvr.b": {"rlvr.c": 1}, "rlvr.c": {"rlvr.a": 1}}) == [["rlvr.a", "rlvr.b", "rlvr.c", "rlvr.a"]]
     assert cycles({"rlvr.a": {"rlvr.b": 1}, "rlvr.b": {}}) == []

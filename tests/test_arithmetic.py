@@ -254,12 +254,13 @@ def test_a_bounded_level_caps_held_out_at_a_third_of_its_own_pool():
 
 def test_max_value_below_minus_one_or_below_the_operands_is_refused():
     from rlvr.config import ConfigError, load_config
+    from rlvr.tasks import task_for
 
     with pytest.raises(ConfigError, match="task.max_value"):
         load_config(overrides=["task.max_value=-2"])
     with pytest.raises(ConfigError, match="task.max_value.*max_operand = 99"):  # no operand above it could ever be drawn
-        load_config(overrides=["task.max_operand=99"])
-    load_config(overrides=["task.max_operand=99", "task.max_value=-1"])
+        task_for(load_config(overrides=["task.max_operand=99"]))  # the arithmetic task's own rule
+    task_for(load_config(overrides=["task.max_operand=99", "task.max_value=-1"]))
 
 
 @pytest.mark.parametrize("levels", [{"min_ops": 2, "max_ops": 3}, {"min_ops": 4, "max_ops": 5}])  # counted, sampled

@@ -43,6 +43,22 @@ def test_config_field_names_stay_whole_at_80_columns():
     assert missing == []
 
 
+def test_help_config_and_doctor_start_without_what_they_do_not_need(tmp_path):
+    """cli.py's promise, in a fresh interpreter: --help imports neither torch nor transformers;
+    config and doctor import no transformers (they list and check the torch-backed algorithm registries)."""
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "reward/mean": 0.5}\n')
+    probe = (
+        "import sys\nfrom typer.testing import CliRunner\nfrom rlvr.cli import app\nseen = []\n"
+        f"for args in (['--help'], ['config'], ['doctor', {str(tmp_path)!r}]):\n"
+        "    assert CliRunner().invoke(app, args).exit_code == 0, args\n"
+        "    seen.append([args[0], 'torch' in sys.modules, 'transformers' in sys.modules])\n"
+        "print(seen)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[['--help', False, False], ['config', True, False], ['doctor', True, False]]"
+
+
 def test_unknown_override_exits_2_naming_the_field():
     script = Path(sys.executable).with_name("rlvr")  # the console script pip installed
     out = subprocess.run([str(script), "lab", "algo.betta=1"], cwd=ROOT, capture_output=True, text=True, timeout=300,

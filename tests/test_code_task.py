@@ -100,9 +100,10 @@ def test_a_code_lab_run_trains_through_the_batched_sandbox(tmp_path):
 
 def test_the_code_task_needs_a_code_reward():
     from rlvr.config import ConfigError
+    from rlvr.tasks import task_for
 
     with pytest.raises(ConfigError, match=r"reward.functions: has no python_code term but data.source = 'code'"):
-        load_config(overrides=["data.source=code"])
+        task_for(load_config(overrides=["data.source=code"]))  # the task's own rule
     assert load_config(overrides=["data.source=code", 'reward.functions=["python_code_batched"]']).data.source == "code"
 
 

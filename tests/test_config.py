@@ -272,8 +272,17 @@ def test_unknown_override_after_valid_file_does_not_blame_the_file(tmp_path):
 )
 def test_out_of_range_values_name_the_field(override, field):
     with pytest.raises(ConfigError) as err:
-        load_config(overrides=[override])
+        load_checked([override])
     assert str(err.value).startswith(f"{field}:")
+
+
+def load_checked(overrides: list[str]) -> Config:
+    """A config as every command loads one: validated, then its task's own rules (rlvr.tasks.task_for)."""
+    from rlvr.tasks import task_for
+
+    cfg = load_config(overrides=overrides)
+    task_for(cfg)
+    return cfg
 
 
 def test_out_of_range_value_from_file_is_rejected(tmp_path):
@@ -467,7 +476,7 @@ def test_bare_word_override_of_a_string_field_stays_the_text_typed():
 )
 def test_contradictory_settings_are_rejected_with_the_reason(overrides, field, why):
     with pytest.raises(ConfigError) as err:
-        load_config(overrides=overrides)
+        load_checked(overrides)
     assert str(err.value).startswith(f"{field}:") and why in str(err.value)
 
 
@@ -566,11 +575,24 @@ def test_relative_paths_in_a_config_file_mean_paths_next_to_it_from_any_working_
     assert load_config(elsewhere / "saved.toml") == cfg
 
 
-def test_command_line_paths_stay_relative_to_the_working_directory(tmp_path, monkeypatch):
+def test_command_line_paths_mean_paths_from_the_working_directory_and_are_saved_absolute(tmp_path, monkeypatch):
     (tmp_path / "train.jsonl").write_text('{"prompt": "1+1=", "answer": "2"}\n')
     path = write(tmp_path, '[data]\nsource = "jsonl"\n')
     monkeypatch.chdir(tmp_path.parent)
     cfg = load_config(path, ["data.train_path=train.jsonl"])  # exists next to the file, but the shell means the cwd
     assert cfg.data.train_path == "train.jsonl"
+    here = tmp_path / "here"
+    for name in ("sft", "grpo"):  # a model directory here; a directory named like a preset
+        (here / name).mkdir(parents=True)
+    monkeypatch.chdir(here)
+    cfg = load_config(None, ["model.path=sft", "algo.preset=grpo", 'data.mix=[{source = "jsonl", train_path = "sft"}]'])
+    assert cfg.model.path == cfg.data.mix[0]["train_path"] == str(here / "sft")
+    assert cfg.algo.preset == "grpo"  # a named preset, not a path
+    assert load_config(None, ["model.path=Qwen/Qwen2.5-1.5B"]).model.path == "Qwen/Qwen2.5-1.5B"  # a hub id: as written
+    run = tmp_path / "run"
+    (run / "sft").mkdir(parents=True)  # the run's own sft/ would shadow a relative model.path = "sft"
+    save_config(cfg, run / "config.toml")
+    monkeypatch.chdir(run)
+    assert load_config(run / "config.toml") == cfg  # the saved config reads back the same from anywhere
     missing = load_config(write(tmp_path, '[data]\nsource = "jsonl"\ntrain_path = "absent.jsonl"\n', "b.toml"))
     assert missing.data.train_path == "absent.jsonl"  # nothing next to the file: as written (reported missing when read)

@@ -74,11 +74,12 @@ def test_a_reasoning_gym_mixture_trains_on_the_lab_model(tmp_path):
 def test_routes_must_name_a_term_and_held_out_rows_interleave_tasks(splits):
     from rlvr.config import ConfigError
     from rlvr.runtime import check_routes
+    from rlvr.tasks import task_for
 
     _, held = splits
     assert [e.info["task"] for e in held[:3]] == TASKS  # eval.max_problems = 3 sees every task
     with pytest.raises(ConfigError, match="no reasoning_gym term"):
-        load_config(overrides=["data.source=reasoning_gym", 'data.gym_tasks=["chain_sum"]'])  # judged by boxed_math? refused
+        task_for(load_config(overrides=["data.source=reasoning_gym", 'data.gym_tasks=["chain_sum"]']))  # judged by boxed_math? refused
     terms = build_reward_terms(RewardConfig(functions=["boxed_math"]))
     with pytest.raises(ConfigError, match=r"\['reasoning_gym'\]"):
         check_routes(held, terms, "verifier")

@@ -338,9 +338,9 @@ def test_a_decaying_schedule_spans_every_optimizer_step_of_the_run():
 
 
 def test_a_term_scored_in_worker_processes_logs_verify_timing_on_the_metrics_line(tmp_path):
-    """reward.workers > 0: verify/<term>/* on every step's line, the rounds of dynamic sampling added
+    """reward.workers > 0: time/verify/<term>/* on every step's line, the rounds of dynamic sampling added
     up (the untrained model boxes nothing, so every group is all wrong and each step samples its 2
-    rounds of 16 completions: 32 items); a term scored in this process adds no verify/ key."""
+    rounds of 16 completions: 32 items); a term scored in this process adds no time/verify/ key."""
     from rlvr.verifiers.pool import VerifierPool
 
     cfg, tok, model, train = setup(["algo.dynamic_sampling=true", "algo.max_sampling_rounds=2", "train.steps=2"])
@@ -349,6 +349,6 @@ def test_a_term_scored_in_worker_processes_logs_verify_timing_on_the_metrics_lin
         records = loop.rl_train(LocalLearner(model, tok, cfg), train, cfg, terms, tmp_path, Bar())
     for rec in records:
         assert rec["sampling/rounds"] == 2
-        assert rec["verify/pooled/items_per_s"] * rec["verify/pooled/seconds"] == pytest.approx(32)
-        assert 0 < rec["verify/pooled/slowest_item_s"] <= rec["verify/pooled/seconds"]
-        assert not any(k.startswith("verify/local") for k in rec)
+        assert rec["time/verify/pooled/items_per_s"] * rec["time/verify/pooled/seconds"] == pytest.approx(32)
+        assert 0 < rec["time/verify/pooled/slowest_item_s"] <= rec["time/verify/pooled/seconds"]
+        assert not any(k.startswith("time/verify/local") for k in rec)

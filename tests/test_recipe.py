@@ -229,3 +229,23 @@ def test_relative_paths_in_a_recipe_mean_paths_next_to_it_also_in_a_resumed_copy
     for recipe in (load_recipe(home / "recipe.toml"), load_recipe(copy, home)):
         assert stage_config(recipe, recipe.stages[0], []).data.train_path == str(home / "train.jsonl")
         assert recipe.stages[0].options["data"] == str(home / "held.jsonl")
+
+
+def test_keywords_stay_keywords_whatever_sits_next_to_the_recipe(tmp_path):
+    """base = "start", student = "tiny:..." and a named preset are keywords, not paths: directories
+    of those names beside the recipe (or a config file) change nothing."""
+    home = tmp_path / "recipes"
+    for name in ("start", "tiny", "tiny:num_layers=1", "grpo"):
+        (home / name).mkdir(parents=True)
+    (home / "held.jsonl").write_text('{"prompt": "1+1=", "answer": "2"}\n')
+    stages = ('[[stage]]\nname = "r"\nkind = "rft"\nbase = "start"\nsft.steps = 2\n'
+              '[[stage]]\nname = "d"\nkind = "distill"\nstudent = "tiny:num_layers=1"\n'
+              '[[stage]]\nname = "e"\nkind = "distill"\nstudent = "tiny"\nalgo.preset = "grpo"\n'
+              '[[stage]]\nname = "x"\nkind = "eval"\ndata = "held.jsonl"\n')  # a path, for contrast
+    (home / "recipe.toml").write_text(DEFAULTS + stages)
+    recipe = load_recipe(home / "recipe.toml")
+    assert [s.options for s in recipe.stages] == [{"base": "start"}, {"student": "tiny:num_layers=1"}, {"student": "tiny"},
+                                                  {"data": str(home / "held.jsonl")}]
+    assert recipe.stages[2].settings["algo"]["preset"] == "grpo"
+    (home / "run.toml").write_text('[algo]\npreset = "grpo"\n')
+    assert load_config(home / "run.toml").algo.preset == "grpo"

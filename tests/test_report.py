@@ -1,4 +1,4 @@
-"""report.html: drawn from a real run's files at every stage's end and every run.report_every RL
+"""report.html: drawn from a real run's files at every phase's end and every run.report_every RL
 steps, self-contained, escaped, and working in a real headless browser (Debian's chromium driven by
 Playwright: no console errors, every plot rendered, the samples' search and filter work)."""
 
@@ -54,9 +54,9 @@ def reported_run(tmp_path_factory):
     return run_dir, draws
 
 
-def test_the_report_is_drawn_at_every_stage_end_and_every_report_every_steps(reported_run):
+def test_the_report_is_drawn_at_every_phase_end_and_every_report_every_steps(reported_run):
     run_dir, draws = reported_run
-    # sft, eval_after_sft | RL steps 3 and 6 (not 8: the stage's end draws it) | eval_after_rl, then the final summary
+    # sft, eval_after_sft | RL steps 3 and 6 (not 8: the phase's end draws it) | eval_after_rl, then the final summary
     assert draws == [0, 0, 3, 6, 8, 8]
     page = (run_dir / REPORT).read_text()
     assert "finished</b> (8 RL steps)" in page
@@ -103,7 +103,7 @@ def test_a_stopped_run_says_where_and_why(reported_run, tmp_path):
     (copy / "stopped.json").write_text(json.dumps({"step": 6, "by": "hack_monitor", "reason": "step 6: the hack monitor stopped the run"}))
     page = write_report([copy]).read_text()
     assert "stopped at step 6.</b> step 6: the hack monitor stopped the run" in page
-    # without summary.json the held-out figures come from the stage checkpoints
+    # without summary.json the held-out figures come from the phase checkpoints
     assert "after_sft" in page and "after_rl" in page
 
 

@@ -69,7 +69,7 @@ def uninterrupted(tmp_path_factory, data_files):
 KILL_POINTS = [  # each costs two child runs: the ones covered elsewhere by a fast test run with -m slow
     pytest.param("sft_step@2", marks=pytest.mark.slow),  # mid-SFT before its first checkpoint: SFT is redone, deterministically
     "sft_step@3",  # mid-SFT after its step-2 checkpoint: SFT continues from it
-    pytest.param("eval_after_sft@1", marks=pytest.mark.slow),  # SFT finished: its stage checkpoint's weights, the eval redone
+    pytest.param("eval_after_sft@1", marks=pytest.mark.slow),  # SFT finished: its phase checkpoint's weights, the eval redone
     "generate@3",  # mid-step, after the step-2 checkpoint
     pytest.param("step_end@3", marks=pytest.mark.slow),  # between steps (also the torn-line test's kill point)
     "checkpoint_write@4",  # while writing the step-4 checkpoint (phase-sft, phase-eval_after_sft, step 2 come first)
@@ -328,19 +328,3 @@ def test_a_checkpoint_without_the_sampler_device_still_restores():
     state["sampling"] = torch.zeros(16, dtype=torch.uint8)  # a CUDA-sized state into a CPU generator
     with pytest.raises(CheckpointError, match="does not fit this run's cpu generator"):
         restore_rng_state(state, generator)
-
-
-def test_a_run_dir_of_the_older_checkpoint_layout_is_refused_not_redone(tmp_path):
-    """Before issue 34 a finished phase's checkpoint was checkpoints/stage-<name>: resuming such a
-    directory would not see it and would silently redo the phase on top of a finished run."""
-    from rlvr.config import Config, ConfigError, save_config
-    from rlvr.pipeline import prepare_run_dir
-
-    cfg = Config()
-    cfg.run.output_dir = str(tmp_path / "old")
-    (tmp_path / "old" / "checkpoints" / "stage-sft").mkdir(parents=True)
-    save_config(cfg, tmp_path / "old" / "config.toml")
-    with pytest.raises(ConfigError, match=r"older rlvr \(checkpoints stage-sft; now phase-<name>\)"):
-        prepare_run_dir(cfg, "train", resume=True)
-    (tmp_path / "old" / "checkpoints" / "stage-sft").rename(tmp_path / "old" / "checkpoints" / "phase-sft")
-    assert prepare_run_dir(cfg, "train", resume=True) == (tmp_path / "old", True)

@@ -148,9 +148,9 @@ def test_a_pooled_term_logs_its_verify_timing_and_rounds_add_up():
 
     merged = Scores.merge([scores(PoolTiming(1.0, 2, 0.25)), scores(PoolTiming(3.0, 2, 0.75))])
     m = merged.metrics()
-    assert (m["verify/boxed_math/seconds"], m["verify/boxed_math/items_per_s"], m["verify/boxed_math/slowest_item_s"]) == (4.0, 1.0, 0.75)
-    assert not any(k.startswith("verify/plain") for k in m)  # scored in the training process: no pool, no verify/ keys
-    assert list(m)[-3:] == ["verify/boxed_math/seconds", "verify/boxed_math/items_per_s", "verify/boxed_math/slowest_item_s"]
+    assert (m["time/verify/boxed_math/seconds"], m["time/verify/boxed_math/items_per_s"], m["time/verify/boxed_math/slowest_item_s"]) == (4.0, 1.0, 0.75)
+    assert not any(k.startswith("time/verify/plain") for k in m)  # scored in the training process: no pool, no time/verify/ keys
+    assert list(m)[-3:] == ["time/verify/boxed_math/seconds", "time/verify/boxed_math/items_per_s", "time/verify/boxed_math/slowest_item_s"]
 
 
 def test_a_pooled_term_with_no_rows_of_its_own_still_logs_its_verify_keys():

@@ -3,6 +3,8 @@
 `Countdown` below is what a contributor writes to add a task: a `Task` subclass with its splits
 (and, here, its own config check), registered by name. Nothing else in rlvr changes for it: the
 config accepts the name, `load_splits` loads it, SFT draws its rows' solutions, the mixture mixes it.
+A task's own config rules run in `task_for` (every command calls it before any work), not in
+`Config.validate`: the tasks read the config, so the config cannot know them.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import random
 
 import pytest
 
-from rlvr.config import ConfigError, DataConfig, load_config
+from rlvr.config import Config, ConfigError, DataConfig, load_config
 from rlvr.data import Example
 from rlvr.tasks import TASKS, Task, load_splits, register_task, task_for
 from rlvr.tasks.arithmetic import make_splits
@@ -45,8 +47,8 @@ def test_a_task_registered_from_a_test_file_is_a_data_source():
     assert held[0].prompt.endswith("make") and isinstance(task_for(cfg), Countdown)
     pairs = list(itertools.islice(task_for(cfg).sft_targets(cfg, train), 8))  # the default: each row's own solution
     assert all(target == e.solution for e, target in pairs)
-    with pytest.raises(ConfigError, match="task.num_eval: countdown"):  # its own check runs in Config.validate
-        load_config(overrides=["data.source=test_countdown", "task.num_train=3", "task.num_eval=6"])
+    with pytest.raises(ConfigError, match="task.num_eval: countdown"):  # its own check runs before any use of the task
+        load_splits(load_config(overrides=["data.source=test_countdown", "task.num_train=3", "task.num_eval=6"]))
 
 
 def test_a_registered_task_mixes_with_the_built_in_ones():
@@ -58,11 +60,11 @@ def test_a_registered_task_mixes_with_the_built_in_ones():
 
 def test_an_unknown_source_names_the_registered_ones():
     with pytest.raises(ConfigError, match=r"data.source: 'countdwn' is not one of \['arithmetic', 'code', .*'test_countdown'"):
-        load_config(overrides=["data.source=countdwn"])
+        task_for(load_config(overrides=["data.source=countdwn"]))
     with pytest.raises(ConfigError, match=r"data.mix\[0\].source: 'countdwn' is not one of"):
         load_splits(load_config(overrides=['data.mix=[{source = "countdwn"}]']))
     with pytest.raises(ConfigError, match=r"data.source: 'countdwn' is not one of"):
-        DataConfig(source="countdwn").validate()  # set from Python, not a file: still checked
+        task_for(Config(data=DataConfig(source="countdwn")))  # set from Python, not a file: still checked
 
 
 def test_the_built_in_tasks_are_registered_in_their_documented_order():
@@ -71,15 +73,21 @@ def test_the_built_in_tasks_are_registered_in_their_documented_order():
     assert load_splits(cfg) == make_splits(cfg.task, cfg.run.seed)  # the registry adds nothing to a task's own splits
 
 
-def test_a_tasks_config_checks_keep_their_messages():
-    with pytest.raises(ConfigError, match=r"data.train_path: is set but data.source = 'code' would ignore it"):
-        load_config(overrides=["data.source=code", 'reward.functions=["python_code"]', "data.train_path=x.jsonl"])
-    with pytest.raises(ConfigError, match=r"data.gym_tasks: is required when data.source = 'reasoning_gym'"):
-        load_config(overrides=["data.source=reasoning_gym", 'reward.functions=["reasoning_gym"]'])
-    with pytest.raises(ConfigError, match=r"reward.functions: .* has no reasoning_gym term"):  # also for a mixture's entry
-        load_config(overrides=['data.mix=[{source = "reasoning_gym", gym_tasks = ["chain_sum"]}]'])
-    with pytest.raises(ConfigError, match=r"task.max_value: = 9 \(19 is the arithmetic lab's default\): word problems need"):
-        load_config(overrides=["data.source=word_problems", "task.max_value=9"])
+@pytest.mark.parametrize("overrides, message", [
+    (["data.source=code", 'reward.functions=["python_code"]', "data.train_path=x.jsonl"],
+     r"data.train_path: is set but data.source = 'code' would ignore it"),
+    (["data.source=reasoning_gym", 'reward.functions=["reasoning_gym"]'], r"data.gym_tasks: is required when data.source = 'reasoning_gym'"),
+    (['data.mix=[{source = "reasoning_gym", gym_tasks = ["chain_sum"]}]'], r"reward.functions: .* has no reasoning_gym term"),  # a mixture's entry
+    (["data.source=word_problems", "task.max_value=9"], r"task.max_value: = 9 \(19 is the arithmetic lab's default\): word problems need"),
+    (['data.mix=[{source = "arithmetic"}]', "task.max_operand=99"], r"task.max_value: .* below task.max_operand"),  # through the mixture
+    (['data.mix=[{source = "arithmetic"}]', "data.source=jsonl"], r"data.train_path: is required when data.source = 'jsonl'"),
+])
+def test_a_tasks_config_checks_keep_their_messages(overrides, message):
+    cfg = load_config(overrides=overrides)  # the config alone is valid: its task's rules are the tasks' to check
+    with pytest.raises(ConfigError, match=message):
+        task_for(cfg)
+    with pytest.raises(ConfigError, match=message):
+        load_splits(cfg)  # nothing loads a task past them
 
 
 def test_the_code_task_asks_the_tiny_tokenizer_for_code_fences():
@@ -87,3 +95,22 @@ def test_the_code_task_asks_the_tiny_tokenizer_for_code_fences():
     assert task_for(code).tiny_tokenizer(code) == {"thinking": False, "code": True}
     think = load_config(overrides=["task.format=think"])
     assert task_for(think).tiny_tokenizer(think) == {"thinking": True, "code": False}
+
+
+MIX = 'data.mix=[{source = "arithmetic", name = "a"}, {source = "jsonl", name = "j", eval_path = "e.jsonl"}]'
+
+
+@pytest.mark.parametrize("overrides, label", [
+    ([], "arithmetic held-out split (seed 0)"),
+    (["data.source=jsonl", "data.train_path=t.jsonl", "run.seed=3"], "0.05 of t.jsonl held out (seed 3)"),
+    (["data.source=jsonl", "data.train_path=t.jsonl", "data.eval_path=e.jsonl"], "e.jsonl"),
+    (["data.source=hf", "data.train_path=org/ds", "data.eval_split=test"], "org/ds[test]"),  # the dataset's own split: no seed
+    (["data.source=hf", "data.train_path=org/ds", "data.eval_path=org/other"], "org/other[test]"),
+    (["data.source=hf", "data.train_path=org/ds"], "0.05 of org/ds[train] held out (seed 0)"),
+    # a mixture whose entries default to jsonl: each source's own held-out rows, not the [data] section's file
+    ([MIX, "data.source=jsonl", "data.train_path=t.jsonl"], "data.mix: a: arithmetic held-out split (seed 0); j: e.jsonl"),
+])
+def test_each_task_names_its_held_out_split(overrides, label):
+    """What `rlvr eval` reports as the source of its problems."""
+    cfg = load_config(overrides=overrides)
+    assert task_for(cfg).held_out_label(cfg) == label

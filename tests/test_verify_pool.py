@@ -47,7 +47,7 @@ def test_scores_match_direct_calls_in_order(math_pool: VerifierPool) -> None:
     assert (result.errors, result.timeouts, result.messages) == (0, 0, [])
     timing = result.timing()
     assert timing.items == len(COMPLETIONS) and 0 < timing.slowest_item_s <= timing.seconds
-    assert timing.metrics("verify/boxed_math")["verify/boxed_math/items_per_s"] == len(COMPLETIONS) / timing.seconds
+    assert timing.metrics("time/verify/boxed_math")["time/verify/boxed_math/items_per_s"] == len(COMPLETIONS) / timing.seconds
 
 
 def test_the_module_doctests_hold() -> None:

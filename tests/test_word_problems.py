@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 
 from rlvr.config import ConfigError, load_config
-from rlvr.tasks import load_splits
+from rlvr.tasks import load_splits, task_for
 from rlvr.tasks.word_problems import Step, draw, make_word_splits, render, solve
 from rlvr.verifiers.math import boxed_math
 
@@ -97,10 +97,10 @@ def test_the_source_loads_through_the_config_and_refuses_what_it_would_ignore(tm
                              "task.num_train=200", "task.num_eval=20"])
     train, held = load_splits(cfg)
     assert len(train) == 200 and len(held) == 20 and all(e.solution for e in train)
-    with pytest.raises(ConfigError, match="task.max_value"):
-        load_config(None, ["data.source=word_problems", "task.max_value=19"])
+    with pytest.raises(ConfigError, match="task.max_value"):  # the task's own rules: task_for, before any use
+        task_for(load_config(None, ["data.source=word_problems", "task.max_value=19"]))
     with pytest.raises(ConfigError, match="data.train_path"):
-        load_config(None, ["data.source=word_problems", "task.max_value=99", f"data.train_path={tmp_path}/x.jsonl"])
+        load_splits(load_config(None, ["data.source=word_problems", "task.max_value=99", f"data.train_path={tmp_path}/x.jsonl"]))
 
 
 def test_held_out_problems_that_leave_nothing_to_train_on_are_refused():

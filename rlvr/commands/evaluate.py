@@ -27,7 +27,7 @@ from rlvr.reward import answer_check, build_reward_terms, close_reward_terms, co
 from rlvr.runtime import apply_run_settings, evaluation_options, forward_precision, new_run_dir
 from rlvr.sources import ModelSource, resolve_model
 from rlvr.stages.evaluate import EvalResult, evaluate, num_batches, percent, write_eval
-from rlvr.tasks import load_splits
+from rlvr.tasks import load_splits, task_for
 
 
 DEFAULT_SAMPLES = 8  # when neither --samples nor the config's eval.samples says
@@ -40,18 +40,16 @@ def eval_config(source: ModelSource, config_path: str | None, overrides: list[st
         if config_path:
             raise ConfigError(f"--config: {source.run_dir} is a run directory and brings its own config.toml; give overrides instead")
         config_path = str(source.run_dir / "config.toml")
-    return load_config(config_path, overrides, for_training=False)
+    cfg = load_config(config_path, overrides, for_training=False)
+    task_for(cfg)  # data.source's own rules (Config.validate cannot know the tasks, which read it)
+    return cfg
 
 
 def held_out_problems(cfg: Config, data: str | None) -> tuple[list[Example], str]:
     """The problems to evaluate on and where they come from: --data, else the config's held-out split."""
     if data:
         return read_jsonl(data, cfg.data, answer_ok=answer_check(cfg.reward)), data
-    task = "data.mix" if cfg.data.mix else cfg.data.source
-    where = f"held-out split of {cfg.data.train_path}" if cfg.data.source == "jsonl" else f"{task} held-out split (seed {cfg.run.seed})"
-    if cfg.data.eval_path:
-        where = cfg.data.eval_path
-    return load_splits(cfg)[1], where
+    return load_splits(cfg)[1], task_for(cfg).held_out_label(cfg)
 
 
 def evaluate_source(source: ModelSource, cfg: Config, problems: list[Example], terms, reporter: Reporter, label: str,

@@ -14,7 +14,9 @@ from rlvr.sources import ModelSource, run_start
 
 def export_checkpoint(run_dir: Path, out_dir: Path, step: int | None = None) -> Path:
     """Write the policy of a run's checkpoint (the newest complete one, or `step`) as a Hugging
-    Face model + tokenizer directory that `AutoModelForCausalLM.from_pretrained` loads."""
+    Face model + tokenizer directory that `AutoModelForCausalLM.from_pretrained` loads. A
+    checkpoint that learner ranks wrote as shards is gathered here, in this process, with no
+    process group (rlvr.sharded_checkpoint.load_policy_weights)."""
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     if not (run_dir / "config.toml").is_file():
         raise ConfigError(f"{run_dir}: not a run directory (no config.toml)")

@@ -45,11 +45,11 @@ from typing import Any
 
 from rich.table import Table
 
-from rlvr.checkpoint import fault_point
+from rlvr.checkpoint import fault_point, refuse_older_layout
 from rlvr.commands.evaluate import evaluate_into
 from rlvr.commands.rft import loadable_path, sft_on_traces, student_settings
 from rlvr.config import Config, ConfigError, load_config, read_toml
-from rlvr.config_paths import path_next_to, resolve_input_paths
+from rlvr.config_paths import is_keyword, path_next_to, resolve_input_paths
 from rlvr.files import atomic_write_text
 from rlvr.metrics import NOT_TERMS, Reporter, read_jsonl_records
 from rlvr.models import save_pretrained
@@ -58,6 +58,7 @@ from rlvr.reward import correctness_name
 from rlvr.runtime import draw_report, new_run_dir, run_dir_name, tiny_lab_model
 from rlvr.sources import resolve_model
 from rlvr.stages.evaluate import percent, present_mean
+from rlvr.tasks import task_for
 
 STAGE_KEYS = {"name", "kind", "base", "student", "teacher", "data"}  # besides config tables
 KIND_KEYS = {"rft": {"base"}, "distill": {"student", "teacher"}, "eval": {"data"}}
@@ -107,7 +108,7 @@ def load_recipe(path: str | Path, home: Path | None = None) -> Recipe:
             raise ConfigError(f"{where}: the name {name!r} is used by an earlier stage")
         if kind not in STAGE_KINDS:
             raise ConfigError(f"{where}: kind {kind!r} is not one of {list(STAGE_KINDS)}")
-        options = {k: path_next_to(v, home) if isinstance(v, str) else v for k, v in raw.items() if k in STAGE_KEYS - {"name", "kind"}}
+        options = {k: path_next_to(v, home, k) if isinstance(v, str) else v for k, v in raw.items() if k in STAGE_KEYS - {"name", "kind"}}
         for key, value in options.items():
             if key not in KIND_KEYS.get(kind, set()):
                 raise ConfigError(f"{where}: {key!r} applies to stages of kind {[k for k, keys in KIND_KEYS.items() if key in keys]}, not {kind!r}")
@@ -142,11 +143,11 @@ def check_stages(recipe: Recipe, overrides: list[str]) -> None:
         if stage.kind == "distill":  # run_stage names the teacher and the student
             extra.append(f"distill.teacher={json.dumps(stage.options.get('teacher', '<the current model>'))}")
             student = stage.options["student"]
-            if student == "tiny" or student.startswith("tiny:"):
+            if is_keyword("student", student):
                 extra += student_settings(student, Path())
             else:
                 resolve_model(student, f"{where}: student")
-        if stage.kind == "rft" and stage.options.get("base", "start") != "start":
+        if stage.kind == "rft" and not is_keyword("base", stage.options.get("base", "start")):
             resolve_model(stage.options["base"], f"{where}: base")
         if "data" in stage.options and not Path(stage.options["data"]).is_file():
             raise ConfigError(f"{where}: data: {stage.options['data']} is not a file")
@@ -165,7 +166,9 @@ def stage_config(recipe: Recipe, stage: StageSpec, overrides: list[str], extra: 
     common = [o for o in overrides if o.split("=", 1)[0].split(".", 1)[0] not in names]
     layers = [(f"{recipe.path} [defaults]: ", recipe.defaults), (f"{recipe.path} stage {stage.name}: ", stage.settings)]
     try:
-        return load_config(None, [*common, *mine, *extra], for_training=stage.kind != "eval", tables=layers)
+        cfg = load_config(None, [*common, *mine, *extra], for_training=stage.kind != "eval", tables=layers)
+        task_for(cfg)  # data.source's own rules (Config.validate cannot know the tasks, which read it)
+        return cfg
     except ConfigError as err:
         raise ConfigError(f"stage {stage.name}: {err}") from None
 
@@ -184,6 +187,7 @@ def run_recipe(path: str | None, overrides: list[str], reporter: Reporter, *, ou
             raise ConfigError(f"--resume: the recipe is {out_dir / RECIPE_FILE}; give no recipe file with --resume")
         saved = json.loads((out_dir / "overrides.json").read_text()) if (out_dir / "overrides.json").is_file() else []
         overrides = [*saved, *overrides]  # later ones win; kept for the next resume too
+        refuse_older_layout(out_dir, "--resume", needs=(RECIPE_HOME,))  # without it, the copy's relative paths mean nothing
         recipe = load_recipe(out_dir / RECIPE_FILE, Path((out_dir / RECIPE_HOME).read_text()))
         check_stages(recipe, overrides)
         atomic_write_text(out_dir / "overrides.json", json.dumps(overrides) + "\n")
@@ -274,7 +278,7 @@ def _traces_stage(recipe: Recipe, stage: StageSpec, overrides: list[str], curren
     teacher = stage.options.get("teacher", current)
     if stage.kind == "rft":
         base = stage.options.get("base", "start")
-        fresh = [f"model.path={json.dumps(start if base == 'start' else loadable_path(resolve_model(base, 'base'), stage_dir / 'base'))}"]
+        fresh = [f"model.path={json.dumps(start if is_keyword('base', base) else loadable_path(resolve_model(base, 'base'), stage_dir / 'base'))}"]
         cfg = stage_config(recipe, stage, overrides, _here(stage_dir))
     else:
         fresh = student_settings(stage.options["student"], stage_dir / "student")

@@ -28,9 +28,10 @@ from pathlib import Path
 
 from rich.table import Table
 
-from rlvr.checkpoint import PHASE_PREFIX, is_complete
+from rlvr.checkpoint import PHASE_PREFIX, is_complete, refuse_older_layout
 from rlvr.commands.evaluate import eval_config, evaluate_source
 from rlvr.config import Config, ConfigError, to_toml, with_overrides
+from rlvr.config_paths import is_keyword
 from rlvr.errors import RunStopped
 from rlvr.files import atomic_write_text
 from rlvr.metrics import Reporter
@@ -77,7 +78,7 @@ def student_settings(student: str, where: Path) -> list[str]:
     """The overrides that make `student` the fresh model: `tiny[:key=value,...]` a new tiny model of
     that shape (model.tiny.*), anything else a model or run point (written out to `where` if it is
     a checkpoint)."""
-    if student == "tiny" or student.startswith("tiny:"):
+    if is_keyword("student", student):
         return ['model.path=""', *(f"model.tiny.{item.strip()}" for item in student[5:].split(",") if item.strip())]
     return [f"model.path={json.dumps(loadable_path(resolve_model(student, 'student'), where))}"]
 
@@ -181,6 +182,7 @@ def _sft_config(cfg: Config, out_dir: Path, model_settings: list[str]) -> Config
 def _rl_start(source: ModelSource) -> ModelSource | None:
     """The model a run's RL started from: after its cold-start SFT, else its starting model."""
     assert source.run_dir is not None and source.run_config is not None
+    refuse_older_layout(source.run_dir, "rft source")  # an older rlvr's stage-sft would send it to @start, silently
     if is_complete(source.run_dir / "checkpoints" / f"{PHASE_PREFIX}sft"):
         return resolve_model(f"{source.run_dir}@sft")
     return resolve_model(f"{source.run_dir}@start") if source.run_config.train.steps else None

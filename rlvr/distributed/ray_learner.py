@@ -4,8 +4,11 @@ Per generation round the prompts are cut into one contiguous slice per rollout w
 worker samples its slice with its copy of the policy, and the slice goes straight on to a reward
 worker (Ray passes the result along without the driver touching it), so verification of one
 slice overlaps sampling of the others. The learner (LocalLearner: optimizer, reference, update)
-stays here; after every update the changed weights (LoRA: the adapters only) go into Ray's
-object store once and every rollout worker loads them.
+stays here; after every update the changed weights (LoRA: the adapters only) reach every rollout
+worker: broadcast parameter by parameter through a process group of this process and the workers
+(distributed.weight_sync = "collective", weight_sync.py), or put into Ray's object store once for
+every worker to load ("object_store"). Workers start from the policy's config and tensors
+(workers.PolicySpec), never a pickled module.
 
 Synchronous mode waits for the weights to reach every worker before the next round. Asynchronous
 mode (distributed.mode = "async") starts the next `max_staleness` rounds as soon as a round is
@@ -24,7 +27,6 @@ distributed.startup_timeout_s with what the cluster lacks.
 from __future__ import annotations
 
 import contextlib
-import copy
 import logging
 import os
 import time
@@ -38,10 +40,12 @@ import ray.exceptions
 import torch
 
 from rlvr.checkpoint import fault_point
-from rlvr.config import Config, DistributedConfig
+from rlvr.config import Config, ConfigError, DistributedConfig
 from rlvr.data import Example, chat_prompts, format_prompt
+from rlvr.distributed.weight_sync import WeightSyncError, WeightSyncHost, manifest_of
 from rlvr.distributed.workers import (
-    RewardWorker, RolloutWorker, merge_scores, pack_weights, rollouts_from_dict, rollouts_to_dict, trainable_weights, weights_nbytes,
+    RewardWorker, RolloutWorker, WeightsMissing, initial_tensors, merge_scores, pack_weights, policy_spec, rollouts_from_dict,
+    rollouts_to_dict, trainable_weights, weights_nbytes,
 )
 from rlvr.errors import RunStopped, UsageError
 from rlvr.learner import Generation, LocalLearner
@@ -107,6 +111,18 @@ def _check_reachable(address: str, timeout_s: float) -> None:
                                "`ray start --head` or fix the address") from None
 
 
+def weight_sync_mode(dc: DistributedConfig) -> str:
+    """'collective' or 'object_store' (distributed.weight_sync). 'auto' takes the collective path
+    only where it is the faster one: synchronous rollout workers on GPUs (NCCL). On CPU, gloo sends
+    over TCP at about 1 GB/s per receiver while the object store hands a node's workers one
+    shared-memory copy: 1.1-3x faster here (bench/weight_sync.py, docs/distributed.md).
+    Collective with async rounds in flight is refused by DistributedConfig.validate."""
+    if dc.weight_sync != "auto":
+        return dc.weight_sync
+    ahead = dc.mode == "async" and dc.max_staleness > 0
+    return "collective" if dc.gpus_per_worker > 0 and not ahead else "object_store"
+
+
 def required_resources(dc: DistributedConfig) -> dict[str, float]:
     need = defaultdict(float)
     need["CPU"] += dc.rollout_workers * dc.cpus_per_worker + dc.reward_workers * dc.cpus_per_reward_worker
@@ -134,6 +150,8 @@ class RayLearner:
         self.rounds, self.version, self.pending = 0, 0, {}
         self.rollout, self.reward, self.pids, self.started = [], [], {}, False
         self.metrics: dict[str, float] = defaultdict(float)
+        self.weight_sync = weight_sync_mode(dc)
+        self.weight_host, self.weight_group, self.weight_generation = None, None, 0  # collective mode (_form_weight_group)
         self.owns_ray = connect(dc)
         try:
             self._start_workers()
@@ -150,14 +168,16 @@ class RayLearner:
         if short:
             raise DistributedError(f"the Ray cluster cannot hold {_asks(dc)}: {short}. Lower distributed.rollout_workers or the "
                                    "resources per worker, or add nodes that have them")
-        model = self.policy if self.device.type == "cpu" else copy.deepcopy(self.policy).cpu()
-        self.model_ref = ray.put(model)  # version 0: what a worker starts from, and restarts from
-        self.versions = {0: ray.put(pack_weights(trainable_weights(self.policy)))}
+        # Version 0, what a worker starts from and restarts from: the policy's config and its tensors
+        # (packed: the object store hands numpy arrays to readers without a copy), never the module.
+        self.versions = {0: ray.put(pack_weights(initial_tensors(self.policy)))}
         restart = {"max_restarts": dc.max_restarts, "max_task_retries": -1}
         rollout_actor = ray.remote(RolloutWorker).options(
             num_cpus=dc.cpus_per_worker, num_gpus=dc.gpus_per_worker, resources=dict(dc.resources), **restart)
         threads, device = max(1, round(dc.cpus_per_worker)), "cuda" if dc.gpus_per_worker > 0 else "cpu"
-        self.rollout = [rollout_actor.remote(self.model_ref, self.tokenizer, self.cfg, threads, device) for _ in range(dc.rollout_workers)]
+        self.rollout_args = (policy_spec(self.policy, self.cfg.model.trust_remote_code), self.versions[0], self.tokenizer, self.cfg,
+                             threads, device)
+        self.rollout = [rollout_actor.remote(*self.rollout_args) for _ in range(dc.rollout_workers)]
         reward_actor = ray.remote(RewardWorker).options(num_cpus=dc.cpus_per_reward_worker, **restart)
         self.reward = [reward_actor.remote(self.cfg) for _ in range(dc.reward_workers)]
         probes = [a.ready.remote() for a in self.rollout + self.reward]
@@ -173,12 +193,15 @@ class RayLearner:
         self.started = True
         self.pids = {("rollout", k): info["pid"] for k, info in enumerate(infos[: len(self.rollout)])}
         self.pids |= {("reward", k): info["pid"] for k, info in enumerate(infos[len(self.rollout):])}
+        if self.weight_sync == "collective":
+            self.weight_host = WeightSyncHost(ray.util.get_node_ip_address(), dc.startup_timeout_s)
+            self._form_weight_group()
 
     def _get(self, refs: list) -> list:
         try:
             return ray.get(refs)
         except ray.exceptions.RayTaskError as err:  # a worker's call raised: a run-stopping error keeps its type
-            if isinstance(err.cause, (RunStopped, UsageError)):
+            if isinstance(err.cause, (RunStopped, UsageError, WeightsMissing)):
                 raise err.cause from None
             raise DistributedError(f"a Ray worker failed: {err.cause!r}") from err
         except ray.exceptions.RayActorError as err:
@@ -192,7 +215,9 @@ class RayLearner:
         t0 = time.perf_counter()
         prompts = [format_prompt(self.tokenizer, e, self.cfg.data) for e in examples]
         slices = even_slices(len(examples), len(self.rollout))
-        weights = [self.versions[self.version]]  # in a list: Ray passes the reference, the worker fetches on a version change
+        # In a list: Ray passes the reference, the worker fetches on a version change. None under
+        # collective sync: the workers were sent this version already (or say they lack it).
+        weights = [self.versions.get(self.version)]
         sampled = [self.rollout[w].generate.remote(prompts[first:first + n], round_index, first, self.version, weights)
                    for w, (first, n) in enumerate(slices)]
         self.pending[round_index] = Round([e.prompt for e in examples], self.version, slices, sampled, None)
@@ -223,7 +248,13 @@ class RayLearner:
         if rnd.scored is None:  # restored from a checkpoint: sampled, not yet scored
             self._score(rnd, examples, prompts)
         t0 = time.perf_counter()
-        sampled, scored = self._fetch_sampled(rnd), self._get(rnd.scored)
+        try:
+            sampled, scored = self._fetch_sampled(rnd), self._get(rnd.scored)
+        except WeightsMissing:  # collective sync: a worker restarted since the last broadcast holds version 0
+            self._broadcast_weights()  # re-forms the group with the new process, resends the current version
+            self._submit(r, examples)  # and the round again: seeded by its place, it samples what the lost one would have
+            rnd = self.pending.pop(r)
+            sampled, scored = self._fetch_sampled(rnd), self._get(rnd.scored)
         self._account(rnd, sampled, scored, time.perf_counter() - t0)
         parts = [self._to_device(rollouts_from_dict(s["rollouts"])) for s in sampled]
         rollouts = parts[0] if len(parts) == 1 else concat_rollouts(parts, self.pad_token_id)
@@ -279,12 +310,16 @@ class RayLearner:
         return out
 
     def _sync_weights(self) -> dict[str, float]:
-        """The changed weights into the object store once. Synchronous mode has every rollout worker
-        load them now and waits; asynchronous mode does not wait: the next round each worker is
-        asked for names this version, and the worker loads it first (time/weight_load)."""
+        """The changed weights to the rollout workers as the next version: by collective (the
+        workers receive while this process sends), or into the object store once. Synchronous
+        mode has every rollout worker load them now and waits; asynchronous mode does not wait:
+        the next round each worker is asked for names this version, and the worker loads it
+        first (time/weight_load)."""
+        self.version += 1
+        if self.weight_sync == "collective":
+            return self._broadcast_weights()
         t0 = time.perf_counter()
         weights = pack_weights(trainable_weights(self.policy))
-        self.version += 1
         self.versions[self.version] = ray.put(weights)  # the copy: the packed arrays are views of the live parameters
         put_s = time.perf_counter() - t0
         if self.lookahead == 0:
@@ -293,6 +328,58 @@ class RayLearner:
         in_use = {self.version} | {rnd.version for rnd in self.pending.values()}
         self.versions = {v: ref for v, ref in self.versions.items() if v in in_use}
         return {"time/weight_sync": time.perf_counter() - t0, "time/weight_put": put_s, "distributed/weight_sync_bytes": weights_nbytes(weights)}
+
+    # ------------------------------------------------------------------ weights by collective (weight_sync.py)
+
+    def _weight_source(self):
+        """What the source sends, lazily: the trainable parameters in manifest order (views on CPU)."""
+        return ((name, p.detach()) for name, p in self.policy.named_parameters() if p.requires_grad)
+
+    def _form_weight_group(self) -> None:
+        """A new generation of the weight group: this process (rank 0) and every rollout worker.
+        The manifest is the trainable parameters in the dtypes the workers hold them in (the
+        policy's own: a worker's copy is built from the policy's tensors)."""
+        if self.weight_group is not None:
+            self.weight_group.close()
+            self.weight_group = None
+        self.weight_generation += 1
+        world, dc = len(self.rollout) + 1, self.dc
+        joining = [w.join_weight_group.remote(self.weight_host.address, k + 1, world, self.weight_generation, dc.startup_timeout_s)
+                   for k, w in enumerate(self.rollout)]
+        backend = "nccl" if self.device.type == "cuda" and dc.gpus_per_worker > 0 else "gloo"
+        try:
+            self.weight_group = self.weight_host.source(world, manifest_of(self._weight_source()), self.weight_generation, backend,
+                                                        self.device)
+        finally:
+            self._get(joining)  # a worker's refusal (ManifestMismatch) is raised as its own
+
+    def _weight_group_intact(self) -> bool:
+        """Every rollout worker is in the current group (a restarted one is in none)."""
+        return all(g == self.weight_generation for g in self._get([w.weight_group_generation.remote() for w in self.rollout]))
+
+    def _broadcast_weights(self) -> dict[str, float]:
+        """Send the current version to every rollout worker by collective. A worker restarted
+        since the group formed is in none: the group is formed again first, and once more if the
+        broadcast breaks off (a worker died during it)."""
+        t0 = time.perf_counter()
+        for attempt in range(2):
+            if attempt or self.weight_group is None or not self._weight_group_intact():
+                self._form_weight_group()
+            receiving = [w.receive_weights.remote(self.version, self.weight_generation) for w in self.rollout]
+            try:
+                t_send = time.perf_counter()
+                sent = self.weight_group.send(self._weight_source())
+                send_s = time.perf_counter() - t_send
+                loaded = self._get(receiving)
+                break
+            except (WeightSyncError, WeightsMissing, DistributedError) as err:
+                if attempt:
+                    raise DistributedError(f"the weight broadcast to the rollout workers failed twice: {err}") from err
+                # The failed side closed its connections, so the others fail at once; they must be
+                # done failing before they are asked to join a new group.
+                ray.wait(receiving, num_returns=len(receiving), timeout=self.dc.startup_timeout_s)
+        self.metrics["time/weight_load"] += max(loaded)
+        return {"time/weight_sync": time.perf_counter() - t0, "time/weight_send": send_s, "distributed/weight_sync_bytes": sent}
 
     def reference_kl(self, rollouts: Rollouts) -> torch.Tensor:
         return self.local.reference_kl(rollouts)
@@ -330,6 +417,9 @@ class RayLearner:
                                           [{**s, "pid": None} for s in p["sampled"]], None)
                         for p in saved["pending"]}
         # The policy now holds the checkpoint's weights; the workers still hold the run's first ones.
+        if self.weight_sync == "collective":
+            self._broadcast_weights()
+            return
         self.versions = {self.version: ray.put(pack_weights(trainable_weights(self.policy)))}
         self._get([w.load.remote(self.version, [self.versions[self.version]]) for w in self.rollout])
 
@@ -347,6 +437,9 @@ class RayLearner:
             except Exception:  # noqa: BLE001
                 pass
         self.rollout, self.reward = [], []
+        if self.weight_group is not None:
+            self.weight_group.close()
+        self.weight_group = self.weight_host = None
         try:
             if self.owns_ray and ray.is_initialized():
                 ray.shutdown()

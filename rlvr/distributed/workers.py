@@ -3,16 +3,22 @@
 A `RolloutWorker` holds a copy of the policy and samples slices of generation rounds with rlvr's
 own engine; a `RewardWorker` scores a slice as soon as it is sampled. Neither keeps state that a
 restart would lose: every sampling request names the weight version it must use (and carries a
-reference to those weights in Ray's object store), and every slice is seeded by its prompts'
-places in the round (rollout.seeding = "group"). So when Ray restarts a killed worker and retries
-its calls, in whatever order, the redone work is the work that was lost, token for token.
+reference to those weights in Ray's object store, or, when weights travel by collective, None:
+a restarted worker then says it lacks them, `WeightsMissing`, and the driver re-forms the group
+and sends them), and every slice is seeded by its prompts' places in the round (rollout.seeding =
+"group"). So when Ray restarts a killed worker and retries its calls, in whatever order, the
+redone work is the work that was lost, token for token.
+
+The policy reaches a worker as a `PolicySpec` (its config, its LoRA config) and its packed
+tensors, never as a pickled module: the worker builds the same architecture on its own device
+without allocating random weights, and takes the driver's tensors, dtypes included.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
@@ -20,6 +26,8 @@ import torch
 from rlvr.checkpoint import fault_point
 from rlvr.config import Config
 from rlvr.data import Example
+from rlvr.distributed.weight_sync import WeightSyncError, WeightSyncGroup
+from rlvr.errors import UsageError
 from rlvr.learner import group_generators
 from rlvr.reward import Scores, build_reward_terms, close_reward_terms, score_completions
 from rlvr.rollout import Rollouts, Sampler, completion_id_lists
@@ -54,13 +62,88 @@ def weights_nbytes(packed: dict[str, tuple[str, tuple[int, ...], Any]]) -> int:
 
 
 def load_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor]) -> None:
-    params = dict(model.named_parameters())
+    """Copy `weights` (parameters or buffers, by name; any subset) into the model."""
+    params = dict(model.named_parameters()) | dict(model.named_buffers())
     missing = set(weights) - set(params)
     if missing:
         raise KeyError(f"weights for parameters this worker's model lacks: {sorted(missing)[:5]}")
     with torch.no_grad():
         for name, value in weights.items():
             params[name].copy_(value)
+
+
+class WeightsMissing(RuntimeError):
+    """A rollout worker was asked to sample with weights it does not hold and cannot fetch (weights
+    travel by collective, and this worker restarted since the last broadcast, or one broke off)."""
+
+
+class RebuildError(UsageError):
+    """A rollout worker's model, rebuilt from the policy's config, lacks tensors the policy has (or has others)."""
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """What a rollout worker builds its copy of the policy from, besides the tensors: plain
+    configuration objects. A pickled module would be copied whole on both sides of the object
+    store and unpickled by every worker on a node, each into its own host copy."""
+
+    config: Any  # the transformers config (policy.config; of the base model under LoRA)
+    dtype: str  # the dtype the model is built in; any tensor the policy holds in another (LoRA under bf16) is converted on load
+    lora: Any | None  # the peft config of the policy's adapter, None for a plain transformers model
+    adapter: str  # the adapter's name in peft
+    generation_config: Any | None
+    training: bool  # the policy's mode (dropout): the worker's copy starts in the same
+    trust_remote_code: bool
+
+
+def policy_spec(policy: torch.nn.Module, trust_remote_code: bool = False) -> PolicySpec:
+    """The spec of a transformers causal LM, or of a peft model with one adapter over one."""
+    peft_config = getattr(policy, "peft_config", None)
+    lora, adapter = None, "default"
+    if peft_config:
+        if len(peft_config) != 1:
+            raise RebuildError(f"the policy has {len(peft_config)} peft adapters ({sorted(peft_config)}); Ray workers rebuild one")
+        adapter, lora = next(iter(peft_config.items()))
+    base = policy.get_base_model() if lora is not None else policy
+    return PolicySpec(base.config, str(base.dtype).removeprefix("torch."), lora, adapter, getattr(base, "generation_config", None),
+                      policy.training, trust_remote_code)
+
+
+def initial_tensors(policy: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Every parameter (tied ones once) and every buffer, persistent or not (rotary frequencies
+    included, so the worker computes nothing of its own): views (CPU) or copies (GPU)."""
+    return {name: t.detach().cpu() for name, t in [*policy.named_parameters(), *policy.named_buffers()]}
+
+
+def build_policy(spec: PolicySpec, tensors: dict[str, torch.Tensor], device: str) -> torch.nn.Module:
+    """The policy rebuilt from its spec on `device`, holding exactly `tensors` (names, dtypes, values)."""
+    from transformers import AutoModelForCausalLM  # heavy: imported where a worker builds its model
+
+    with torch.device("meta"):  # no memory and no random init for weights about to be overwritten
+        model = AutoModelForCausalLM.from_config(spec.config, dtype=getattr(torch, spec.dtype), trust_remote_code=spec.trust_remote_code)
+        if spec.lora is not None:
+            from peft import get_peft_model  # heavy: only for LoRA policies
+
+            model = get_peft_model(model, spec.lora, adapter_name=spec.adapter)
+    model.to_empty(device=device)
+    # to_empty gives every module a tensor of its own: tied weights (the head = the embeddings) must share one again
+    (model.get_base_model() if spec.lora is not None else model).tie_weights()
+    held = dict(model.named_parameters()) | dict(model.named_buffers())
+    missing, extra = sorted(set(tensors) - set(held)), sorted(set(held) - set(tensors))
+    if missing or extra:
+        raise RebuildError(f"the rollout worker's model, rebuilt from the policy's config, does not match the policy: it lacks "
+                           f"{missing[:5]} and has {extra[:5]} besides (an architecture transformers' from_config cannot rebuild?)")
+    with torch.no_grad():
+        for name, value in tensors.items():
+            t = held[name]
+            if t.shape != value.shape:
+                raise RebuildError(f"the rollout worker's rebuilt model holds {name} as {tuple(t.shape)}, the policy as {tuple(value.shape)}")
+            if t.dtype != value.dtype:  # e.g. peft keeps LoRA adapters in fp32 under a bf16 model: the policy's dtype wins
+                t.data = torch.empty(value.shape, dtype=value.dtype, device=t.device)
+            t.copy_(value)
+    if spec.generation_config is not None:
+        model.generation_config = spec.generation_config
+    return model.train(spec.training)
 
 
 def rollouts_to_dict(r: Rollouts) -> dict[str, Any]:
@@ -75,14 +158,17 @@ def rollouts_from_dict(d: dict[str, Any]) -> Rollouts:
 class RolloutWorker:
     """Samples slices of generation rounds from its copy of the policy."""
 
-    def __init__(self, model: torch.nn.Module, tokenizer, cfg: Config, threads: int, device: str) -> None:
+    def __init__(self, spec: PolicySpec, weights: dict, tokenizer, cfg: Config, threads: int, device: str) -> None:
+        """`weights`: pack_weights(initial_tensors(policy)), fetched by Ray from the object store."""
         # An error here is kept for ready() to raise: raised from a constructor, Ray would report
         # only that the actor died, and lose the error's type (a ConfigError must stay one).
         self.init_error: BaseException | None = None
+        self.weight_group: WeightSyncGroup | None = None  # joined by join_weight_group when weights travel by collective
+        self.weight_generation: int | None = None
         try:
             apply_run_settings(cfg, threads)  # process-wide settings, as the driver sets them for itself
-            self.model, self.tokenizer, self.cfg = model.to(device), tokenizer, cfg
-            self.version = 0  # the initial model is version 0
+            self.model, self.tokenizer, self.cfg = build_policy(spec, unpack_weights(weights), device), tokenizer, cfg
+            self.version: int | None = 0  # the initial model is version 0; None while a load is under way
             self.sampler = Sampler(self.model, tokenizer, cfg.rollout.sampling(), cfg.rollout.engine)
             self.generator = torch.Generator(device=device)  # unused under group seeding; generate() wants one
         except Exception as err:  # noqa: BLE001 - re-raised by ready()
@@ -100,12 +186,50 @@ class RolloutWorker:
         the worker fetches only when it needs to). Returns the seconds it took (0 when current)."""
         if version == self.version:
             return 0.0
+        if weights[0] is None:
+            raise WeightsMissing(f"rollout worker (pid {os.getpid()}) holds weight version {self.version}, was asked for {version}, and "
+                                 "weights travel by collective: it must be sent them")
         import ray
 
         t0 = time.perf_counter()
+        self.version = None  # a load that fails half-way leaves weights of no version
         load_weights(self.model, unpack_weights(ray.get(weights[0])))
         self.version = version
         return time.perf_counter() - t0
+
+    def join_weight_group(self, address: str, rank: int, world: int, generation: int, timeout_s: float) -> None:
+        """Join generation `generation` of the source's weight group (weight_sync.py) as `rank`."""
+        import ray
+
+        if self.weight_group is not None:
+            self.weight_group.close()
+        self.weight_group = None
+        self.weight_group = WeightSyncGroup.receiver(address, rank, world, self.model, generation, timeout_s,
+                                                     bind_ip=ray.util.get_node_ip_address())
+        self.weight_generation = generation
+
+    def weight_group_generation(self) -> int | None:
+        """The weight group this worker is in (None: none; a restarted worker is in none)."""
+        return self.weight_generation if self.weight_group is not None else None
+
+    def receive_weights(self, version: int, generation: int) -> float:
+        """Take weights `version` from the source's broadcast (which the driver starts with this
+        call); returns the seconds it took, waiting for the source included."""
+        if self.weight_group is None or generation != self.weight_generation:
+            raise WeightsMissing(f"rollout worker (pid {os.getpid()}) is in weight group {self.weight_group_generation()}, not {generation}")
+        t0 = time.perf_counter()
+        self.version = None  # a broadcast that breaks off leaves weights of no version
+        try:
+            self.weight_group.receive(self.model)
+        except WeightSyncError:
+            self.weight_group = None  # closed by the failure: the driver forms a new one
+            raise
+        self.version = version
+        return time.perf_counter() - t0
+
+    def held_weights(self) -> dict[str, tuple[str, tuple[int, ...], Any]]:
+        """This worker's parameters, packed (what the driver compares in tests and checks by hand)."""
+        return pack_weights({name: p.detach().cpu() for name, p in self.model.named_parameters()})
 
     def generate(self, prompts: list[str], round_index: int, first: int, version: int, weights: list) -> dict[str, Any]:
         """G completions of each of `prompts`, the prompts first .. first+len-1 of round `round_index`."""

@@ -54,7 +54,7 @@ def _window(n: int) -> int:
 
 
 def _plain(text: str) -> str:
-    """Text from a run (its name, a reward term's, a stage's) drawn as written: a '$' would start
+    """Text from a run (its name, a reward term's, a recipe stage's) drawn as written: a '$' would start
     matplotlib's mathtext (and an unbalanced one raise)."""
     return text.replace("$", r"\$")
 
@@ -96,10 +96,10 @@ def held_out_curve(runs: list[Run]) -> str | None:
         for key, style in [("eval/accuracy", "-")] + [(k, "--") for k in metric_keys([run], "eval/") if _is_term_figure(k)]:
             steps, values = series(run.records, key)
             name = key.split("/", 1)[1]
-            start = _stage_value(first, name)
+            start = _eval_value(first, name)
             if start is not None:
                 steps, values = [0, *steps], [start, *values]
-            after = _stage_value(run.evals.get("after_rl"), name)
+            after = _eval_value(run.evals.get("after_rl"), name)
             if after is not None and last_step and (not steps or steps[-1] != last_step):
                 steps, values = [*steps, last_step], [*values, after]
             if len(steps) >= 2:
@@ -119,7 +119,7 @@ def _is_term_figure(key: str) -> bool:
     return key != "eval/accuracy" and "@" not in name
 
 
-def _stage_value(summary: dict | None, name: str) -> float | None:
+def _eval_value(summary: dict | None, name: str) -> float | None:
     if summary is None:
         return None
     if name == "accuracy":
@@ -129,20 +129,20 @@ def _stage_value(summary: dict | None, name: str) -> float | None:
 
 def pass_at_k(runs: list[Run]) -> str | None:
     """pass@k (solid) and maj@k (dashed) against k for every evaluation, before and after."""
-    curves = [(run, stage, result) for run in runs for stage, result in run.evals.items() if result.get("sampled")]
+    curves = [(run, evaluation, result) for run in runs for evaluation, result in run.evals.items() if result.get("sampled")]
     if not curves:
         return None
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 4))
     ks_seen: set[int] = set()
     palette = iter(COLOURS * 4)
-    for run, stage, result in curves:
+    for run, evaluation, result in curves:
         colour = next(palette)
         for metric, style in (("pass", "-"), ("maj", "--")):
             points = sorted((int(n.split("@")[1]), v) for n, v in result["sampled"].items() if n.startswith(f"{metric}@") and v is not None)
             if points:
                 ks_seen.update(k for k, _ in points)
-                ax.plot(*zip(*points), color=colour, linestyle=style, marker="o", markersize=3, label=_label(runs, run, f"{stage}: {metric}@k"))
+                ax.plot(*zip(*points), color=colour, linestyle=style, marker="o", markersize=3, label=_label(runs, run, f"{evaluation}: {metric}@k"))
     ax.set_xscale("log", base=2)
     ax.set_xticks(sorted(ks_seen), [str(k) for k in sorted(ks_seen)])
     finish_axes(ax, "k (samples per problem)", "held-out", "pass@k and maj@k before and after", unit=True, legend="lower right")
@@ -151,16 +151,16 @@ def pass_at_k(runs: list[Run]) -> str | None:
 
 def by_level(runs: list[Run]) -> str | None:
     """Greedy held-out accuracy per difficulty level, one bar per evaluation."""
-    bars = [(run, stage, result["by_level"]) for run in runs for stage, result in run.evals.items() if result.get("by_level")]
+    bars = [(run, evaluation, result["by_level"]) for run in runs for evaluation, result in run.evals.items() if result.get("by_level")]
     if not bars:
         return None
     levels = sorted({lv for _, _, by in bars for lv in by}, key=lambda lv: (len(lv), lv))
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 3.6))
     width = 0.8 / len(bars)
-    for i, ((run, stage, by), colour) in enumerate(zip(bars, COLOURS * 4)):
+    for i, ((run, evaluation, by), colour) in enumerate(zip(bars, COLOURS * 4)):
         xs = [j + (i - (len(bars) - 1) / 2) * width for j in range(len(levels))]
-        ax.bar(xs, [by.get(lv) or 0.0 for lv in levels], width=width, color=colour, label=_label(runs, run, stage))
+        ax.bar(xs, [by.get(lv) or 0.0 for lv in levels], width=width, color=colour, label=_label(runs, run, evaluation))
     ax.set_xticks(range(len(levels)), [f"level {lv}" for lv in levels])
     ax.set_ylabel("greedy accuracy")
     ax.set_ylim(0, 1.05)

@@ -132,14 +132,14 @@ def _held_out(runs: list[Run]) -> str:
     rows = []
     others = list(dict.fromkeys(t for run in runs for result in run.evals.values() for t in (result.get("terms") or {})))
     for run in runs:
-        for stage, result in run.evals.items():
+        for evaluation, result in run.evals.items():
             sampled = result.get("sampled") or {}
             ks = sorted(int(n.split("@")[1]) for n in sampled if n.startswith("pass@"))
             top = ks[-1] if ks else None
             low, high = (result.get("intervals") or {}).get("accuracy", (None, None))
             interval = f" <small>[{_pct(low)}, {_pct(high)}]</small>" if low is not None else ""
             terms = result.get("terms") or {}
-            rows.append([_e(run.name) if len(runs) > 1 else "", _e(stage), _e(run.judge), _pct(result.get("accuracy")) + interval,
+            rows.append([_e(run.name) if len(runs) > 1 else "", _e(evaluation), _e(run.judge), _pct(result.get("accuracy")) + interval,
                          *(_num((terms.get(t) or {}).get("greedy")) for t in others),
                          _pct(sampled.get("pass@1")), _pct(sampled.get(f"pass@{top}")) + (f" (k={top})" if top else ""),
                          _pct(sampled.get(f"maj@{top}")), _pct(result.get("shows_work")), _num(result.get("mean_length"), 1),
@@ -148,7 +148,7 @@ def _held_out(runs: list[Run]) -> str:
         return ""
     return ("<h2 id='held-out'>Held-out evaluation</h2><p class='meta'>Greedy accuracy is judged by each run's correctness term "
             "(reward.correctness, else the first of reward.functions); every other term's greedy mean has its own column.</p>" +
-            _table(["run", "stage", "judged by", "greedy accuracy [95% CI]", *others, "pass@1", "pass@k", "maj@k", "shows work",
+            _table(["run", "evaluation", "judged by", "greedy accuracy [95% CI]", *others, "pass@1", "pass@k", "maj@k", "shows work",
                     "mean length", "problems"], rows, 3))
 
 
@@ -235,9 +235,9 @@ def _sample_rows(runs: list[Run]) -> list[list[str]]:
             rows.append((s.get("reward"), [who, f"RL step {_e(s.get('step'))}", f"<pre>{_e(s.get('prompt', ''))}</pre>",
                                            f"<pre>{_e(s.get('completion', ''))}</pre>", _e(s.get("answer", "")), _num(s.get("reward")),
                                            _num(s.get("advantage"))]))
-        for stage, evaluated in run.eval_rows.items():
+        for evaluation, evaluated in run.eval_rows.items():
             for s in evaluated[:MAX_EVAL_ROWS]:
-                rows.append((s.get("reward"), [who, f"held-out {_e(stage)}", f"<pre>{_e(s.get('prompt', ''))}</pre>",
+                rows.append((s.get("reward"), [who, f"held-out {_e(evaluation)}", f"<pre>{_e(s.get('prompt', ''))}</pre>",
                                                f"<pre>{_e(s.get('completion', ''))}</pre>", _e(s.get("answer", "")), _num(s.get("reward")), ""]))
     return [[("full" if reward == 1.0 else "partial" if isinstance(reward, (int, float)) and reward > 0 else "none"), *cells]
             for reward, cells in rows]

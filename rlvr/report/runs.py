@@ -3,8 +3,9 @@
 A report can be drawn while the run is going (the loop refreshes it every run.report_every
 steps), after it ended, or after it was killed: every file is read as it is on disk, a torn last
 line of a JSONL file is skipped (the writer fsyncs line by line, so only the last can be torn),
-and held-out figures come from summary.json at the end or, before that, from the newest stage
-checkpoint's recorded evaluations.
+and held-out figures come from summary.json at the end or, before that, from the newest phase
+checkpoint's recorded evaluations. A run directory of an older rlvr's layout is refused
+(checkpoint.refuse_older_layout); a recipe's report reads only its stage.json rows, which did not change.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlvr.checkpoint import PHASE_PREFIX, is_complete
+from rlvr.checkpoint import PHASE_PREFIX, is_complete, refuse_older_layout
 from rlvr.config import Config, ConfigError, load_config
 from rlvr.doctor import Verdict, diagnose
 from rlvr.metrics import STOP_FILE
@@ -32,8 +33,8 @@ class Run:
     records: list[dict] = field(default_factory=list)  # metrics.jsonl: one per RL step
     sft_records: list[dict] = field(default_factory=list)  # sft_metrics.jsonl
     samples: list[dict] = field(default_factory=list)  # samples.jsonl: RL completions with rewards
-    evals: dict[str, dict] = field(default_factory=dict)  # stage -> EvalResult.summary()
-    eval_rows: dict[str, list[dict]] = field(default_factory=dict)  # stage -> greedy completions
+    evals: dict[str, dict] = field(default_factory=dict)  # evaluation (after_sft, ...) -> EvalResult.summary()
+    eval_rows: dict[str, list[dict]] = field(default_factory=dict)  # evaluation -> greedy completions
     summary: dict | None = None
     stopped: dict | None = None
     verdicts: list[Verdict] = field(default_factory=list)
@@ -115,6 +116,7 @@ def load_run(path: str | Path) -> Run:
         return run
     if not any((run_dir / name).exists() for name in RUN_FILES):
         raise ConfigError(f"{run_dir}: not a run directory (none of {', '.join(RUN_FILES)} is there)")
+    refuse_older_layout(run_dir, "report")  # its evaluations so far and where it stopped would be read as none
     if (run_dir / "config.toml").is_file():
         run.config = load_config(run_dir / "config.toml", for_training=False)
     run.records = read_jsonl_tolerant(run_dir / "metrics.jsonl")
@@ -123,8 +125,8 @@ def load_run(path: str | Path) -> Run:
     summary = _read_json(run_dir / "summary.json")
     run.summary = summary if summary is not None and "eval" in summary else None  # `rlvr eval` writes another kind of summary
     run.evals = run.summary["eval"] if run.summary else _recorded_evals(run_dir)
-    for stage in run.evals:
-        run.eval_rows[stage] = read_jsonl_tolerant(run_dir / f"eval_{stage}.jsonl")
+    for evaluation in run.evals:
+        run.eval_rows[evaluation] = read_jsonl_tolerant(run_dir / f"eval_{evaluation}.jsonl")
     run.stopped = _read_json(run_dir / STOP_FILE)
     run.verdicts = diagnose(run.records, run.config)
     return run

@@ -10,8 +10,9 @@
     registry.py       what a task answers (`Task`), TASKS, and how to add one
 
 `load_splits(cfg)` is what a run calls; `task_for(cfg)` gives the task behind it (its SFT targets,
-its tiny-model tokenizer). `hackable.py` is not a task: a deliberately lenient reward for the
-monitor's demonstration.
+its tiny-model tokenizer) once the config passes the task's own rules. Those rules live here, not in
+`Config.validate`: the tasks read the config, so the config cannot know them. `hackable.py` is not a
+task: a deliberately lenient reward for the monitor's demonstration.
 """
 
 from __future__ import annotations
@@ -28,12 +29,22 @@ __all__ = ["TASKS", "Task", "load_splits", "register_task", "task_for"]
 
 
 def task_for(cfg: Config) -> Task:
-    """The task a run loads: the mixture when data.mix is set, else the one data.source names."""
-    if cfg.data.mix:
-        return MIXTURE
+    """The task a run loads (the mixture when data.mix is set, else the one data.source names),
+    after the config passed its rules: the name, `Task.check_data`, a judge its rows name
+    (`Task.routes_to`) among reward.functions, `Task.check`; else ConfigError naming the setting.
+    Every command calls this (through `load_splits`, or at once after loading its config) before
+    any work, and a Config that skipped it can load no task."""
     if cfg.data.source not in TASKS:
         raise ConfigError(f"data.source: {cfg.data.source!r} is not one of {list(TASKS)}")
-    return TASKS[cfg.data.source]
+    task = MIXTURE if cfg.data.mix else TASKS[cfg.data.source]
+    task.check_data(cfg.data)  # data.mix's entries are checked as each is read (mix.part_config)
+    for source in dict.fromkeys([cfg.data.source] + [str(t.get("source", cfg.data.source)) for t in cfg.data.mix]):
+        judge = getattr(TASKS.get(source), "routes_to", None)  # a mixture entry's unknown source is reported where it is read
+        if judge is not None and judge not in cfg.reward.functions:
+            raise ConfigError(f"reward.functions: = {cfg.reward.functions} has no {judge} term, but the rows of data.source = "
+                              f"{source!r} are judged by it; add \"{judge}\"")
+    task.check(cfg)
+    return task
 
 
 def load_splits(cfg: Config, skipped: list[Problem] | None = None) -> Splits:

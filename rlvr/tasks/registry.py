@@ -1,14 +1,16 @@
 """What a task is, and the registry `data.source` names one from.
 
 A task is where a run's problems come from: a procedural generator (arithmetic, code, word
-problems, reasoning-gym) or the user's data (jsonl, hf). It answers four questions, each a method
+problems, reasoning-gym) or the user's data (jsonl, hf). It answers five questions, each a method
 of `Task`; only `splits` has no default:
 
 - `splits(cfg, skipped)`: the (train, held-out) examples, deterministic in the config and run.seed;
 - `sft_targets(cfg, train)`: the cold-start SFT pairs, endlessly (default: each row's own solution);
 - `check_data(data)` and `check(cfg)`: the config rules that concern this task alone, run by
-  `Config.validate` (`check_data` sees the data section only, so it also checks each data.mix part);
-- `tiny_tokenizer(cfg)`: the options of the tiny lab model's character tokenizer.
+  `rlvr.tasks.task_for` before the task is used (`check_data` sees the data section only, so it
+  also checks each data.mix part);
+- `tiny_tokenizer(cfg)`: the options of the tiny lab model's character tokenizer;
+- `held_out_label(cfg)`: where the held-out problems come from, as `rlvr eval` reports it.
 
 A new task is one file that subclasses `Task` and registers it, plus its import line in
 `rlvr/tasks/__init__.py` (a task outside the package registers when its module is imported, before
@@ -39,7 +41,7 @@ class Task(ABC):
     """A source of problems; the first line of a subclass's docstring is its entry in `rlvr config`."""
 
     # The reward term every row names in reward.route_field, when the rows choose their own judge:
-    # Config.validate then requires it in reward.functions (also for a data.mix entry of this task).
+    # task_for then requires it in reward.functions (also for a data.mix entry of this task).
     routes_to: str | None = None
 
     @abstractmethod
@@ -60,6 +62,10 @@ class Task(ABC):
         """Keywords of `models.build_char_tokenizer` for the tiny lab model (model.path empty)."""
         return {"thinking": cfg.task.format != "plain", "code": False}
 
+    def held_out_label(self, cfg: Config) -> str:
+        """Where the held-out problems come from, for a report: by default a split the task draws from run.seed."""
+        return f"{cfg.data.source} held-out split (seed {cfg.run.seed})"
+
 
 TASKS: Registry[Task] = Registry("data.source")
 
@@ -75,9 +81,14 @@ def register_task(name: str) -> Callable[[type[Task]], type[Task]]:
 
 
 def require(ok: bool, name: str, why: str) -> None:
-    """A task's config rule, worded as Config.validate words its own: 'name: why'."""
+    """A task's config rule, worded as Config.validate words the config's own: 'name: why'."""
     if not ok:
         raise ConfigError(f"{name}: {why}")
+
+
+def held_out_of(rows: str, cfg: Config) -> str:
+    """The label of held-out rows a file source takes from its training rows (data.eval_fraction, from run.seed)."""
+    return f"{cfg.data.eval_fraction:g} of {rows} held out (seed {cfg.run.seed})"
 
 
 def refuse_data_paths(cfg: Config) -> None:

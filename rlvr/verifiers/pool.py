@@ -17,7 +17,7 @@ API (for the training loop)::
     result.failed        # list[bool]: which items have no score for an error or a timeout
     result.item_seconds  # list[float]: time of each item inside its worker
     result.errors, result.timeouts, result.messages, result.seconds
-    result.timing()      # PoolTiming: seconds, items, slowest item; training logs it as verify/<term>/*
+    result.timing()      # PoolTiming: seconds, items, slowest item; training logs it as time/verify/<term>/*
     pool.close()         # or use it as a context manager
 
     score_all("python_code", completions, answers, workers=2, timeout_s=30.0)  # one-shot
@@ -56,7 +56,7 @@ _MAX_MESSAGES = 20  # error messages kept per batch (the counts are complete)
 @dataclass(frozen=True)
 class PoolTiming:
     """How long a pool took over the items it scored: one batch, or several added up (the
-    generation rounds of a training step). Training logs it as verify/<term>/seconds, items_per_s
+    generation rounds of a training step). Training logs it as time/verify/<term>/seconds, items_per_s
     and slowest_item_s; errors and timeouts are already reward/<term>/errors and /timeouts."""
 
     seconds: float = 0.0  # wall time from the first item sent to the last score back
@@ -69,7 +69,7 @@ class PoolTiming:
     def metrics(self, prefix: str) -> dict[str, float]:
         """{prefix/seconds, prefix/items_per_s, prefix/slowest_item_s}.
 
-        >>> PoolTiming(seconds=2.0, items=8, slowest_item_s=0.5).metrics("verify/boxed_math")["verify/boxed_math/items_per_s"]
+        >>> PoolTiming(seconds=2.0, items=8, slowest_item_s=0.5).metrics("time/verify/boxed_math")["time/verify/boxed_math/items_per_s"]
         4.0
         """
         return {
