@@ -726,6 +726,9 @@ class DistributedConfig:
                  "offloads FSDP's shards; it needs distributed.learner_strategy = 'fsdp'")
         _require(self.device_memory_gb >= 0, "distributed.device_memory_gb", "must be >= 0 (0: the device's own)")
         _require(self.sync_bandwidth_gbs > 0, "distributed.sync_bandwidth_gbs", "must be > 0")
+        _require(not (self.weight_sync == "collective" and self.learner_workers > 0), "distributed.weight_sync",
+                 "= 'collective' is not yet served from learner ranks (the broadcast's source is the driver's learner); with "
+                 "distributed.learner_workers > 0 weights go through the object store: use 'object_store' or 'auto'")
         _require(not (self.weight_sync == "collective" and self.mode == "async" and self.max_staleness > 0), "distributed.weight_sync",
                  "= 'collective' cannot serve async mode with max_staleness > 0: a broadcast needs every rollout worker at once, so "
                  "the learner would wait for the rounds in flight, the overlap async mode exists for; use 'object_store' or 'auto'")

@@ -55,6 +55,7 @@ from rlvr.checkpoint import (
 from rlvr.config import Config, ConfigError, flatten, load_config, save_config, to_toml
 from rlvr.data import Example, Problem, format_prompt
 from rlvr.distributed import make_learner
+from rlvr.distributed.plan import check_learner_fits
 from rlvr.files import atomic_write_text
 from rlvr.loop import TrainingError, rl_train
 from rlvr.metrics import STOP_FILE, JsonlWriter, PhaseBar, Reporter, plot_reward_curve, rewind_jsonl
@@ -180,6 +181,8 @@ def _run(cfg: Config, reporter: Reporter, command: str, resume: bool, reward_ter
     check_routes(itertools.chain(train, held_out), reward_terms, cfg.reward.route_field)
     if cfg.model.path:
         check_model_path(cfg.model.path)
+    if cfg.train.steps > 0:  # a learner that cannot fit its device is refused now, naming what would fit, not at its first step
+        check_learner_fits(cfg, train)
     run_dir, resuming = prepare_run_dir(cfg, command, resume)
     if resuming:  # the optimizer, data order and reference come from the checkpoint: settings must agree
         changed = changes_breaking_resume(load_config(run_dir / "config.toml", for_training=False), cfg)
@@ -321,6 +324,9 @@ def rl_phase(ctx: RunContext) -> None:
         with ctx.reporter.phase("rl", cfg.train.steps) as bar:
             ctx.records = ctx.timed("rl", lambda: rl_train(learner, ctx.train, cfg, ctx.reward_terms, ctx.run_dir, bar, resume_from,
                                                            evaluate_policy, trackers=ctx.trackers, on_progress=lambda _: refresh_report(ctx)))
+        with learner.evaluation_policy() as trained:  # learner ranks hold the trained weights: gathered into the run's model
+            if trained is not ctx.model:
+                ctx.model.load_state_dict(trained.state_dict())
     finally:
         learner.close()  # Ray: its workers stop with the run, however it ends
     if len(ctx.records) != cfg.train.steps:  # never exit 0 having silently trained too little

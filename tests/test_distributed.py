@@ -117,6 +117,36 @@ def test_async_samples_with_weights_one_update_old_and_corrects_for_it(cluster, 
     assert any(not torch.equal(weights(stale)[k], weights(sync2)[k]) for k in weights(stale))
 
 
+def test_learner_ranks_train_what_the_driver_s_learner_does(cluster, start, tmp_path):
+    """distributed.learner_workers through a whole run: one learner rank (a Ray actor) trains
+    exactly what the learner in the driver does (metrics, final weights); two FSDP2 ranks take the
+    same first step up to summation order (the samples of step 1 are drawn before any update, so
+    they are equal; later steps sample from weights that differ in the last bits, and may not be),
+    write sharded checkpoints, and their final model is gathered into the run's model directory."""
+    from rlvr.commands.export import export_checkpoint
+    from rlvr.sharded_checkpoint import read_manifest
+
+    # One rollout worker: the learner ranks' bundles (0.5 CPU each) may be packed onto a rollout
+    # node, whose one CPU a second rollout worker would need.
+    in_driver = lab(tmp_path / "driver", start + ray_args(cluster, workers=1))
+    one_rank = lab(tmp_path / "rank1", start + ray_args(cluster, workers=1, learner_workers=1, cpus_per_learner=0.5))
+    assert_same_run(in_driver, one_rank)
+    two = lab(tmp_path / "rank2", start + ray_args(cluster, workers=1, learner_workers=2, cpus_per_learner=0.5))
+    first_a, first_b = comparable(in_driver)[0], comparable(two)[0]
+    assert first_a["loss/active_frac"] > 0, "step 1 updated nothing: the comparison would say little"
+    assert first_a.keys() == first_b.keys()
+    for key, value in first_a.items():
+        if key.startswith("loss/") and value is not None:  # rounding in a sum of a few hundred fp32 terms, relative to the metric's size
+            assert first_b[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+        else:
+            assert first_b[key] == value, key
+    step = two / "checkpoints" / "step-000003"
+    assert not (step / "model.safetensors").exists() and read_manifest(step)["world_size"] == 2
+    export_checkpoint(two, tmp_path / "export")
+    exported, final = load_file(tmp_path / "export" / "model.safetensors"), weights(two)
+    assert all(torch.equal(exported[k], final[k]) for k in final)  # the run's model is the ranks' last weights
+
+
 @pytest.mark.parametrize("target", [
     "rollout_generate@3",
     # A reward worker holds no weights and is restarted by the same Ray options (max_restarts,

@@ -143,13 +143,17 @@ def test_a_slow_wrong_program_scores_zero_through_the_pool() -> None:
     assert result.scores == [0.0] and result.timeouts == 0
 
 
-def test_a_worker_killed_mid_job_leaves_no_temp_dir(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_worker_killed_mid_job_leaves_no_temp_dir(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     # sandbox="none" jobs run in a temp dir; the worker is SIGKILLed before it can remove
     # it, so the pool removes the worker's whole temp root instead.
     import glob
     import tempfile
 
     monkeypatch.setenv("RLVR_CODE_SANDBOX", "none")  # inherited by the spawned workers
+    # A temp directory of this test's own: other processes (the other xdist worker, Ray's reward
+    # workers) make rlvr-* directories in the shared /tmp while this runs.
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     pattern = os.path.join(tempfile.gettempdir(), "rlvr-*")
     before = set(glob.glob(pattern))
     program = "```python\nimport time\ndef f():\n    time.sleep(3600)\n```"

@@ -170,7 +170,8 @@ RAY = ["distributed.backend=ray", "distributed.rollout_workers=2", "distributed.
 @pytest.fixture(scope="module")
 def ray_instance():
     ray = pytest.importorskip("ray")
-    ray.init(num_cpus=4, include_dashboard=False, logging_level="ERROR")  # logical CPUs: 2 learners' workers, one at a time
+    ray.init(address="local", num_cpus=4,  # a private instance: never join a cluster another test started
+              include_dashboard=False, logging_level="ERROR")  # logical CPUs: 2 learners' workers, one at a time
     yield ray
     ray.shutdown()
 

@@ -45,15 +45,13 @@ from rlvr.data import Example, chat_prompts, format_prompt
 from rlvr.distributed.weight_sync import WeightSyncError, WeightSyncHost, manifest_of
 from rlvr.distributed.workers import (
     RewardWorker, RolloutWorker, WeightsMissing, initial_tensors, merge_scores, pack_weights, policy_spec, rollouts_from_dict,
-    rollouts_to_dict, trainable_weights, weights_nbytes,
+    rollouts_to_dict, trainable_weights,
 )
 from rlvr.errors import RunStopped, UsageError
+from rlvr.distributed.learner_group import DistributedError, LearnerGroup
 from rlvr.learner import Generation, LocalLearner
+from rlvr.sharded_checkpoint import is_sharded
 from rlvr.rollout import Rollouts, concat_rollouts
-
-
-class DistributedError(RunStopped):
-    """The Ray workers could not start, or died more often than distributed.max_restarts allows."""
 
 
 def even_slices(n: int, parts: int) -> list[tuple[int, int]]:
@@ -120,7 +118,9 @@ def weight_sync_mode(dc: DistributedConfig) -> str:
     if dc.weight_sync != "auto":
         return dc.weight_sync
     ahead = dc.mode == "async" and dc.max_staleness > 0
-    return "collective" if dc.gpus_per_worker > 0 and not ahead else "object_store"
+    # Learner ranks publish through the object store (rank 0 packs the gathered weights): the
+    # collective's source is this process for now (DistributedConfig.validate refuses the pair).
+    return "collective" if dc.gpus_per_worker > 0 and not ahead and dc.learner_workers == 0 else "object_store"
 
 
 def required_resources(dc: DistributedConfig) -> dict[str, float]:
@@ -142,10 +142,10 @@ class RayLearner:
     """The Learner verbs with sampling and verification on Ray workers (module doc)."""
 
     def __init__(self, policy: torch.nn.Module, tokenizer, cfg: Config) -> None:
-        self.local = LocalLearner(policy, tokenizer, cfg)
         self.policy, self.tokenizer, self.pad_token_id, self.cfg = policy, tokenizer, tokenizer.pad_token_id, cfg
         self.device = next(policy.parameters()).device
         dc = self.dc = cfg.distributed
+        self.trainer: LocalLearner | LearnerGroup | None = None  # who holds the trained weights: this process, or learner ranks
         self.lookahead = dc.max_staleness if dc.mode == "async" else 0
         self.rounds, self.version, self.pending = 0, 0, {}
         self.rollout, self.reward, self.pids, self.started = [], [], {}, False
@@ -154,6 +154,9 @@ class RayLearner:
         self.weight_host, self.weight_group, self.weight_generation = None, None, 0  # collective mode (_form_weight_group)
         self.owns_ray = connect(dc)
         try:
+            # Learner ranks first: they reserve their devices in one placement group, and the
+            # rollout workers then take what is left.
+            self.trainer = LearnerGroup(policy, cfg) if dc.learner_workers > 0 else LocalLearner(policy, tokenizer, cfg)
             self._start_workers()
         except BaseException:
             self.close()
@@ -305,7 +308,7 @@ class RayLearner:
     # ------------------------------------------------------------------ update and weights
 
     def update(self, rollouts: Rollouts, advantages_B: torch.Tensor, include_B: torch.Tensor) -> dict[str, float]:
-        out = self.local.update(rollouts, advantages_B, include_B)
+        out = self.trainer.update(rollouts, advantages_B, include_B)
         out.update(self._sync_weights())
         return out
 
@@ -319,15 +322,26 @@ class RayLearner:
         if self.weight_sync == "collective":
             return self._broadcast_weights()
         t0 = time.perf_counter()
-        weights = pack_weights(trainable_weights(self.policy))
-        self.versions[self.version] = ray.put(weights)  # the copy: the packed arrays are views of the live parameters
+        self.versions[self.version] = self._put_weights()
         put_s = time.perf_counter() - t0
         if self.lookahead == 0:
             loaded = self._get([w.load.remote(self.version, [self.versions[self.version]]) for w in self.rollout])
             self.metrics["time/weight_load"] += max(loaded)
         in_use = {self.version} | {rnd.version for rnd in self.pending.values()}
         self.versions = {v: ref for v, ref in self.versions.items() if v in in_use}
-        return {"time/weight_sync": time.perf_counter() - t0, "time/weight_put": put_s, "distributed/weight_sync_bytes": weights_nbytes(weights)}
+        return {"time/weight_sync": time.perf_counter() - t0, "time/weight_put": put_s, "distributed/weight_sync_bytes": self.weight_bytes}
+
+    def _put_weights(self) -> ray.ObjectRef:
+        """The trainable weights in the object store: packed here from the policy this process trains,
+        or by learner rank 0 from the gathered shards (left in the store, never copied here)."""
+        if isinstance(self.trainer, LearnerGroup):
+            return self.trainer.packed_weights_ref()
+        return ray.put(pack_weights(trainable_weights(self.policy)))  # the copy: the packed arrays are views of the live parameters
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of one weight version: the trainable parameters (the same shapes and dtypes wherever they are trained)."""
+        return sum(p.numel() * p.element_size() for p in self.policy.parameters() if p.requires_grad)
 
     # ------------------------------------------------------------------ weights by collective (weight_sync.py)
 
@@ -382,20 +396,25 @@ class RayLearner:
         return {"time/weight_sync": time.perf_counter() - t0, "time/weight_send": send_s, "distributed/weight_sync_bytes": sent}
 
     def reference_kl(self, rollouts: Rollouts) -> torch.Tensor:
-        return self.local.reference_kl(rollouts)
+        return self.trainer.reference_kl(rollouts)
 
     def evaluation_policy(self) -> contextlib.AbstractContextManager[torch.nn.Module]:
-        return self.local.evaluation_policy()
+        return self.trainer.evaluation_policy()
 
     # ------------------------------------------------------------------ checkpoints
 
     def save_policy(self, directory: Path) -> None:
-        self.local.save_policy(directory)
+        self.trainer.save_policy(directory)
 
     def load_policy(self, directory: Path) -> None:
-        """Into the local learner only: load_trainer_state, which a resume calls next, knows the
-        weight version the rollout workers must be given them under."""
-        self.local.load_policy(directory)
+        """Into the trainer only: load_trainer_state, which a resume calls next, knows the weight
+        version the rollout workers must be given them under. Learner ranks read the shards they
+        wrote (any number of ranks: DCP reshards); a checkpoint of a learner in one process holds
+        its optimizer state in trainer.pt, which the ranks do not read."""
+        if isinstance(self.trainer, LearnerGroup) and not is_sharded(directory):
+            raise ConfigError(f"distributed.learner_workers = {self.dc.learner_workers}: {directory} was written by a learner in one "
+                              "process (model.safetensors, its optimizer state in trainer.pt); resume it with learner_workers = 0")
+        self.trainer.load_policy(directory)
 
     def trainer_state(self) -> dict[str, Any]:
         """The local learner's state, the round and version counters, and the rounds already started
@@ -406,10 +425,10 @@ class RayLearner:
             rnd.sampled = self._fetch_sampled(rnd)
             pending.append({"round": r, "prompts": rnd.prompts, "version": rnd.version, "slices": [list(s) for s in rnd.slices],
                             "sampled": rnd.sampled})
-        return {**self.local.trainer_state(), "rounds": self.rounds, "ray": {"version": self.version, "pending": pending}}
+        return {**self.trainer.trainer_state(), "rounds": self.rounds, "ray": {"version": self.version, "pending": pending}}
 
     def load_trainer_state(self, state: dict[str, Any]) -> None:
-        self.local.load_trainer_state(state)
+        self.trainer.load_trainer_state(state)
         self.rounds = state.get("rounds", 0)
         saved = state.get("ray", {"version": 0, "pending": []})
         self.version = saved["version"]
@@ -420,7 +439,7 @@ class RayLearner:
         if self.weight_sync == "collective":
             self._broadcast_weights()
             return
-        self.versions = {self.version: ray.put(pack_weights(trainable_weights(self.policy)))}
+        self.versions = {self.version: self._put_weights()}
         self._get([w.load.remote(self.version, [self.versions[self.version]]) for w in self.rollout])
 
     def close(self) -> None:
@@ -441,11 +460,13 @@ class RayLearner:
             self.weight_group.close()
         self.weight_group = self.weight_host = None
         try:
+            if self.trainer is not None:
+                self.trainer.close()  # learner ranks: before Ray goes
+        finally:
             if self.owns_ray and ray.is_initialized():
                 ray.shutdown()
-        finally:
-            self.local.close()
 
 def _fmt(resources: dict[str, float]) -> str:
-    keep = {k: round(v, 2) for k, v in resources.items() if not k.startswith(("node:", "memory", "object_store_memory"))}
+    keep = {k: round(v, 2) for k, v in resources.items()
+            if not k.startswith(("node:", "memory", "object_store_memory", "bundle_group")) and "_group_" not in k}  # placement groups' own
     return str(keep)
