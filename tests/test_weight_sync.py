@@ -171,26 +171,37 @@ RAY = ["distributed.backend=ray", "distributed.rollout_workers=2", "distributed.
 def ray_instance():
     ray = pytest.importorskip("ray")
     ray.init(address="local", num_cpus=4,  # a private instance: never join a cluster another test started
-              include_dashboard=False, logging_level="ERROR")  # logical CPUs: 2 learners' workers, one at a time
+              include_dashboard=False, logging_level="ERROR")  # logical CPUs: the 2 learners' 2 rollout workers each
     yield ray
     ray.shutdown()
 
 
-@pytest.fixture(scope="module", params=["full", "lora"])
-def learner(request, ray_instance):
+@pytest.fixture(scope="module")
+def learners(ray_instance):
+    """The RayLearners built so far, by variant, closed with the module. Built on first use and kept,
+    whatever order the tests run in (under xdist a parametrised module fixture may be built anew
+    each time the variant changes: ~25 s a build)."""
+    built: dict = {}
+    yield built
+    for learner in built.values():
+        learner.close()
+
+
+@pytest.fixture(params=["full", "lora"])
+def learner(request, learners):
     """A RayLearner (collective sync, 2 rollout workers) on the tiny model, full weights or LoRA adapters."""
     from rlvr.distributed.ray_learner import RayLearner
     from rlvr.models import add_lora
     from rlvr.runtime import tiny_lab_model
 
-    cfg = load_config(overrides=TINY + RAY + (["model.lora_rank=4"] if request.param == "lora" else []))
-    policy, tokenizer = tiny_lab_model(cfg)
-    if cfg.model.lora_rank:
-        policy = add_lora(policy, cfg.model)
-    learner = RayLearner(policy, tokenizer, cfg)
-    assert learner.weight_sync == "collective"
-    yield learner
-    learner.close()
+    if request.param not in learners:
+        cfg = load_config(overrides=TINY + RAY + (["model.lora_rank=4"] if request.param == "lora" else []))
+        policy, tokenizer = tiny_lab_model(cfg)
+        if cfg.model.lora_rank:
+            policy = add_lora(policy, cfg.model)
+        learners[request.param] = RayLearner(policy, tokenizer, cfg)
+    assert learners[request.param].weight_sync == "collective"
+    return learners[request.param]
 
 
 def held(learner) -> list[dict[str, torch.Tensor]]:

@@ -47,7 +47,7 @@ from rlvr.rollout import Rollouts
 from rlvr.runtime import apply_run_settings, forward_precision
 from rlvr.sharded_checkpoint import load_sharded, save_sharded
 from rlvr.update import MicroBatchPlan, Share, UpdateMetrics, UpdateSettings, chunk_sequence_kl, run_update
-from rlvr.distributed.workers import PolicySpec, build_policy, pack_weights, unpack_weights
+from rlvr.distributed.workers import PolicySpec, StartedActor, build_policy, pack_weights, unpack_weights
 
 GRADIENT_BUCKET_ELEMENTS = 2**24  # DDP sums gradients this many elements at a time: W x 64 MiB of fp32 in flight
 
@@ -150,7 +150,7 @@ def local_nbytes(tensors) -> int:
     return sum((t.to_local() if hasattr(t, "to_local") else t).nbytes for t in tensors)
 
 
-class LearnerRank:
+class LearnerRank(StartedActor):
     """Rank `rank` of `world`: its part of the policy, reference and optimizer (module doc)."""
 
     def __init__(self, rank: int, world: int, cfg: Config, threads: int, device_type: str) -> None:
@@ -170,13 +170,6 @@ class LearnerRank:
                 self.device = torch.device("cpu")
         except Exception as err:  # noqa: BLE001 - re-raised by ready()
             self.init_error = err
-
-    def ready(self) -> dict[str, Any]:
-        import ray
-
-        if self.init_error is not None:
-            raise self.init_error
-        return {"pid": os.getpid(), "node": ray.get_runtime_context().get_node_id(), "threads": torch.get_num_threads()}
 
     def address(self) -> tuple[str, int]:
         return free_address()

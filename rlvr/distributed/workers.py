@@ -155,7 +155,21 @@ def rollouts_from_dict(d: dict[str, Any]) -> Rollouts:
     return Rollouts(**d)
 
 
-class RolloutWorker:
+class StartedActor:
+    """An actor whose constructor keeps its error for `ready` to raise: raised from a constructor,
+    Ray would report only that the actor died, and lose the error's type (a ConfigError must stay one)."""
+
+    init_error: BaseException | None = None
+
+    def ready(self) -> dict[str, Any]:
+        import ray
+
+        if self.init_error is not None:
+            raise self.init_error
+        return {"pid": os.getpid(), "node": ray.get_runtime_context().get_node_id(), "threads": torch.get_num_threads()}
+
+
+class RolloutWorker(StartedActor):
     """Samples slices of generation rounds from its copy of the policy."""
 
     def __init__(self, spec: PolicySpec, weights: dict, tokenizer, cfg: Config, threads: int, device: str) -> None:
@@ -173,13 +187,6 @@ class RolloutWorker:
             self.generator = torch.Generator(device=device)  # unused under group seeding; generate() wants one
         except Exception as err:  # noqa: BLE001 - re-raised by ready()
             self.init_error = err
-
-    def ready(self) -> dict[str, Any]:
-        import ray
-
-        if self.init_error is not None:
-            raise self.init_error
-        return {"pid": os.getpid(), "node": ray.get_runtime_context().get_node_id(), "threads": torch.get_num_threads()}
 
     def load(self, version: int, weights: list) -> float:
         """Take weights `version` (weights = [an ObjectRef], so Ray hands over the reference and
