@@ -3,13 +3,6 @@ import os
 import pytest
 import torch
 
-# Under `make test` (two xdist workers on two cores) each worker's torch would start a thread per
-# core: four busy threads on two cores, and a tiny model's many small ops then spend their time
-# waiting on each other (tests/test_rollout_update.py: 50 s -> 15 s with one thread per worker).
-# In-process only: the `rlvr` commands a test starts set their own (run.threads).
-if os.environ.get("PYTEST_XDIST_WORKER"):
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
-
 # The suite never downloads. huggingface_hub reads this once, when it is imported; the commands that
 # tests/warm_cli.py forks inherit the server's import, so it is set here, before anything imports it.
 os.environ["HF_HUB_OFFLINE"] = "1"
