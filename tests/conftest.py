@@ -68,6 +68,26 @@ def _name_its_group(item) -> None:
         item._nodeid = grouped
 
 
+@pytest.fixture(autouse=True)
+def _units_take_their_share_of_the_cores(request):
+    """A unit test runs on one torch thread per core it has under xdist (2 cores, 2 workers: 1).
+    torch's OpenMP threads spin while they wait; two workers each spinning two threads on two
+    cores made small tensor ops of one test wait on the other's spinning (one unit test 1 s alone,
+    23 s beside another). Integration tests keep the default: their long runs gain from both
+    cores when the other worker is idle (measured: one thread for every test made `make test`
+    53 s slower)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers <= 1 or "integration" in request.node.keywords:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(max(1, min(before, (os.cpu_count() or 1) // workers)))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.fixture
 def tiny_grpo(tmp_path):
     """Run `rl_train` (through a LocalLearner) on the tiny model built from seed 0, writing into tmp_path.
