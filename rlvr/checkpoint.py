@@ -37,7 +37,7 @@ from safetensors.torch import load_model as load_safetensors_into
 from safetensors.torch import save_model as save_safetensors
 
 from rlvr.config import ConfigError
-from rlvr.errors import RunStopped
+from rlvr.errors import LearnerLost, RunStopped
 from rlvr.metrics import STOP_FILE
 
 COMPLETE = "COMPLETE"
@@ -174,6 +174,9 @@ def save_checkpoint(
             _remove(final)
         os.replace(tmp, final)
         fsync_path(root)
+    except LearnerLost:  # learner ranks died while writing their shards: not the disk's fault; rl_train re-forms them
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     except Exception as err:  # safetensors and torch.save report a full disk as their own errors, not OSError
         shutil.rmtree(tmp, ignore_errors=True)
         why = "the disk is full" if _is_disk_full(err) else f"{type(err).__name__}: {err}"

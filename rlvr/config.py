@@ -690,14 +690,18 @@ class DistributedConfig:
     )
     cpus_per_learner: float = knob(1.0, "CPUs Ray reserves for each learner rank; its torch threads are this, rounded, at least 1.")
     gpus_per_learner: float = knob(0.0, "GPUs Ray reserves for each learner rank (> 0: the rank trains on cuda, its group uses NCCL).")
+    learner_resources: dict[str, Any] = knob(
+        {}, "Custom Ray resources each learner rank needs, e.g. {learner = 1} to place the ranks on nodes that advertise it."
+    )
     learner_offload: bool = knob(
         False, "FSDP only: keep the ranks' parameter shards, gradients and optimizer state in host memory (FSDP2's "
         "CPUOffloadPolicy; the optimizer steps on the CPU), trading step time for device memory."
     )
     weight_sync: Literal["auto", "collective", "object_store"] = knob(
         "auto", "How updated weights reach the rollout workers: 'collective' broadcasts them parameter by parameter through a "
-        "process group of the learner (rank 0) and every rollout worker; 'object_store' puts them into Ray's object store "
-        "once; 'auto': collective for synchronous rollout workers on GPUs (NCCL), else the object store (faster on CPU, "
+        "process group of the learner (the driver's, or learner rank 0, which gathers each sharded parameter as it sends "
+        "it) and every rollout worker; 'object_store' puts them into Ray's object store once; 'auto': collective for "
+        "synchronous rollout workers on GPUs fed by a learner on GPUs (NCCL), else the object store (faster on CPU, "
         "where gloo goes over TCP; docs/distributed.md). Collective cannot serve async rounds in flight (max_staleness > 0)."
     )
     device_memory_gb: float = knob(
@@ -719,6 +723,8 @@ class DistributedConfig:
         _require(self.max_restarts >= -1, "distributed.max_restarts", "must be >= 0, or -1 (always)")
         bad = {k: v for k, v in self.resources.items() if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0}
         _require(not bad, "distributed.resources", f"amounts must be numbers >= 0, got {bad}")
+        bad = {k: v for k, v in self.learner_resources.items() if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0}
+        _require(not bad, "distributed.learner_resources", f"amounts must be numbers >= 0, got {bad}")
         _require(self.learner_workers >= 0, "distributed.learner_workers", "must be >= 0 (0: the learner stays in the driver)")
         _require(self.cpus_per_learner >= 0 and self.gpus_per_learner >= 0, "distributed.cpus_per_learner",
                  "CPUs and GPUs per learner rank must be >= 0")
@@ -726,9 +732,6 @@ class DistributedConfig:
                  "offloads FSDP's shards; it needs distributed.learner_strategy = 'fsdp'")
         _require(self.device_memory_gb >= 0, "distributed.device_memory_gb", "must be >= 0 (0: the device's own)")
         _require(self.sync_bandwidth_gbs > 0, "distributed.sync_bandwidth_gbs", "must be > 0")
-        _require(not (self.weight_sync == "collective" and self.learner_workers > 0), "distributed.weight_sync",
-                 "= 'collective' is not yet served from learner ranks (the broadcast's source is the driver's learner); with "
-                 "distributed.learner_workers > 0 weights go through the object store: use 'object_store' or 'auto'")
         _require(not (self.weight_sync == "collective" and self.mode == "async" and self.max_staleness > 0), "distributed.weight_sync",
                  "= 'collective' cannot serve async mode with max_staleness > 0: a broadcast needs every rollout worker at once, so "
                  "the learner would wait for the rounds in flight, the overlap async mode exists for; use 'object_store' or 'auto'")

@@ -15,7 +15,7 @@ caught those still does.
 
 from __future__ import annotations
 
-__all__ = ["EXIT_RUN_STOPPED", "EXIT_USAGE", "RunStopped", "UsageError"]
+__all__ = ["EXIT_RUN_STOPPED", "EXIT_USAGE", "LearnerLost", "RunStopped", "UsageError"]
 
 EXIT_USAGE = 2
 EXIT_RUN_STOPPED = 1
@@ -27,3 +27,9 @@ class UsageError(ValueError):
 
 class RunStopped(RuntimeError):
     """A run had to stop; the message says why and what was kept."""
+
+
+class LearnerLost(RunStopped):
+    """Part of a learner died (a learner rank's process killed, its node lost). The RL loop asks
+    the learner to `recover` and trains on from the last complete checkpoint, redoing the steps
+    after it (at most distributed.max_restarts times); raised past that, the run stops."""

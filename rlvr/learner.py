@@ -89,6 +89,12 @@ class Learner(Protocol):
         """Metrics of its own since the last call (the Ray backend: worker times, staleness, weight sync)."""
         ...
 
+    def recover(self) -> None:
+        """After a LearnerLost from one of its verbs: re-form what died, back at the run's first
+        weights and trainer state (the loop then loads the last checkpoint, if any, as a resume
+        does). Only a learner that can raise LearnerLost is ever asked."""
+        ...
+
     def close(self) -> None:
         """Release what it holds (workers, gradient checkpointing); it runs however the run ends."""
         ...
@@ -208,6 +214,9 @@ class LocalLearner:
 
     def step_metrics(self) -> dict[str, float]:
         return {}
+
+    def recover(self) -> None:
+        raise RuntimeError("a learner in one process has no part that can be lost and re-formed (it never raises LearnerLost)")
 
     def close(self) -> None:
         if self.gradient_checkpointing:

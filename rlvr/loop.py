@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import random
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -25,11 +26,13 @@ from typing import Callable
 import torch
 
 from rlvr.algorithms import compute_advantages, group_stats, informative_groups
-from rlvr.checkpoint import CheckpointError, fault_point, load_step, save_step, step_name
+from rlvr.checkpoint import (
+    CheckpointError, fault_point, latest_step_checkpoint, load_step, restore_rng_state, rng_state, save_step, step_name,
+)
 from rlvr.config import AlgoConfig, Config, to_toml
 from rlvr.files import atomic_write_text
 from rlvr.data import Example
-from rlvr.errors import RunStopped
+from rlvr.errors import LearnerLost, RunStopped
 from rlvr.learner import Learner
 from rlvr.metrics import STOP_FILE, JsonlWriter, PhaseBar, read_jsonl_records, rewind_jsonl
 from rlvr.monitor import HackMonitor
@@ -217,7 +220,37 @@ def rl_train(
     figures join that step's line.
     `trackers` (run.trackers) get every line and the sampled completions as they are written.
     `on_progress(step)` runs every cfg.run.report_every steps (the pipeline redraws report.html).
-    A run that stops itself (the hack monitor, a NaN streak) leaves stopped.json saying why."""
+    A run that stops itself (the hack monitor, a NaN streak) leaves stopped.json saying why.
+
+    A learner that loses a part (LearnerLost: a learner rank's process or node died) is asked to
+    `recover`, and training goes on from the last complete step checkpoint (from the start when
+    there is none) exactly as a resume would: the steps after it are redone and their lines
+    rewritten, so the run ends where an unharmed one does. At most distributed.max_restarts
+    times (-1: always); checkpoint.every bounds the work redone."""
+    at_start, restarts, rewound = rng_state(None), 0, False
+    while True:
+        try:
+            return _train(learner, examples, cfg, reward_terms, run_dir, bar, resume_from, evaluate_policy, trackers, on_progress, rewound)
+        except LearnerLost as err:
+            limit = cfg.distributed.max_restarts
+            if 0 <= limit <= restarts:
+                raise LearnerLost(f"{err}. The learner was re-formed {restarts} time(s) in this run, distributed.max_restarts = "
+                                  f"{limit}: stopped; resume from {run_dir / 'checkpoints'} once the cluster is whole") from err
+            restarts += 1
+            warnings.warn(f"{err}; re-forming the learner ({restarts} of {'unlimited' if limit < 0 else limit} restarts) and "
+                          "training on from the last checkpoint", RuntimeWarning, stacklevel=2)
+            learner.recover()
+            resume_from = latest_step_checkpoint(run_dir / "checkpoints")
+            if resume_from is None:  # back to the run's first step: its RNG as it was then
+                restore_rng_state(at_start, None)
+            rewound = True
+
+
+def _train(learner: Learner, examples: list[Example], cfg: Config, reward_terms: list[RewardTerm], run_dir: Path, bar: PhaseBar,
+           resume_from: Path | None, evaluate_policy: Callable[[torch.nn.Module], dict] | None, trackers: Trackers | None,
+           on_progress: Callable[[int], None] | None, rewound: bool) -> list[dict]:
+    """rl_train from `resume_from` (None: the first step); `rewound`: this process already ran
+    those steps (the trackers have them, the bar counted them)."""
     G, rc, tc, ac = cfg.rollout.group_size, cfg.rollout, cfg.train, cfg.algo
     dc = cfg.data
     stream = PromptStream(examples, cfg.run.seed, dc.skip_solved_rate, dc.solved_keep_prob, dc.skip_never_solved)
@@ -234,10 +267,13 @@ def rl_train(
         start, bad_streak = state["step"], state["bad_streak"]
     records = _records_before(run_dir, start, resume_from)
     (run_dir / STOP_FILE).unlink(missing_ok=True)  # a resumed run is no longer stopped
-    if trackers is not None and records:
+    if trackers is not None and records and not rewound:
         trackers.replay(records, read_jsonl_records(run_dir / "samples.jsonl"))
-    for _ in range(start):
-        bar.advance()
+    if rewound:
+        bar.rewind(start)
+    else:
+        for _ in range(start):
+            bar.advance()
 
     def save(step: int) -> None:
         save_step(checkpoints, step, weights=learner.save_policy,

@@ -131,6 +131,11 @@ class PhaseBar:
         if self._progress is not None:
             self._progress.update(self._task, advance=1, info=info)
 
+    def rewind(self, done: int) -> None:
+        """Back to `done` finished (a run that redoes steps after a lost learner)."""
+        if self._progress is not None:
+            self._progress.update(self._task, completed=done)
+
 
 NOT_TERMS = {"reward/mean", "reward/std", "reward/missing", "reward/frac_groups_all_equal", "reward/kl_sequence"}
 

@@ -111,6 +111,12 @@ def changes_breaking_resume(saved: Config, new: Config) -> list[str]:
     changed = [f"{k}: {a[k]!r} -> {b[k]!r}" for k in a if a[k] != b[k] and not k.startswith(RESUMABLE_CHANGES)]
     if a["eval.before_sft"] != b["eval.before_sft"]:  # the one phase placed before SFT: adding it would redo every phase after it
         changed.append(f"eval.before_sft: {a['eval.before_sft']!r} -> {b['eval.before_sft']!r} (it runs before SFT, which is already done)")
+    if a["distributed.learner_workers"] != b["distributed.learner_workers"] and min(a["distributed.learner_workers"], b["distributed.learner_workers"]) > 0:
+        changed = [c for c in changed if not c.startswith("distributed.learner_workers:")]
+        changed.append(f"distributed.learner_workers: {a['distributed.learner_workers']} -> {b['distributed.learner_workers']} (the sharded "
+                       "checkpoint would load, resharded, but ranks of another number add gradients in another order: the run would "
+                       "no longer be the uninterrupted one; to go on with another number, `rlvr export` the checkpoint and start a "
+                       "new run from it with model.path)")
     if a["train.steps"] != b["train.steps"] and new.train.lr_schedule != "constant":  # the decay is laid out over train.steps
         changed.append(f"train.steps: {a['train.steps']} -> {b['train.steps']} (train.lr_schedule = {new.train.lr_schedule!r} decays over it)")
     return changed

@@ -596,3 +596,13 @@ def test_command_line_paths_mean_paths_from_the_working_directory_and_are_saved_
     assert load_config(run / "config.toml") == cfg  # the saved config reads back the same from anywhere
     missing = load_config(write(tmp_path, '[data]\nsource = "jsonl"\ntrain_path = "absent.jsonl"\n', "b.toml"))
     assert missing.data.train_path == "absent.jsonl"  # nothing next to the file: as written (reported missing when read)
+
+
+def test_a_resume_with_another_number_of_learner_ranks_is_refused_with_the_reason():
+    from rlvr.runtime import changes_breaking_resume
+
+    ranks = lambda w: load_config(overrides=["distributed.backend=ray", f"distributed.learner_workers={w}"])  # noqa: E731
+    said = changes_breaking_resume(ranks(2), ranks(4))
+    assert len(said) == 1 and said[0].startswith("distributed.learner_workers: 2 -> 4 (") and "rlvr export" in said[0]
+    assert changes_breaking_resume(ranks(2), ranks(2)) == []
+    assert changes_breaking_resume(ranks(0), ranks(2)) == ["distributed.learner_workers: 0 -> 2"]  # from the driver's learner: no shards to load

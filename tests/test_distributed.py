@@ -5,7 +5,9 @@ What a user relies on: one rollout worker trains exactly what the local backend 
 number of workers is deterministic run to run; async with max_staleness = 0 is the synchronous
 loop; async with staleness 1 samples by weights one update old (and says so); a worker killed
 mid-step is replaced and its work redone exactly; a killed driver resumes exactly; workers that
-cannot be placed fail fast with what is missing.
+cannot be placed fail fast with what is missing. Learner ranks: one trains exactly what the
+driver's learner does; their weights reach the workers alike by collective and object store; a
+rank killed mid-update, or its node lost, is formed again and the run ends where the unharmed one does.
 """
 
 import json
@@ -117,7 +119,25 @@ def test_async_samples_with_weights_one_update_old_and_corrects_for_it(cluster, 
     assert any(not torch.equal(weights(stale)[k], weights(sync2)[k]) for k in weights(stale))
 
 
-def test_learner_ranks_train_what_the_driver_s_learner_does(cluster, start, tmp_path):
+def learner_args(cluster, ranks: int) -> list[str]:
+    # One rollout worker: the learner ranks' bundles (0.5 CPU each) may be packed onto a rollout
+    # node, whose one CPU a second rollout worker would need.
+    return ray_args(cluster, workers=1, learner_workers=ranks, cpus_per_learner=0.5)
+
+
+@pytest.fixture(scope="module")
+def driver_run(cluster, start, tmp_path_factory):
+    """A run whose learner is in the driver, with one rollout worker."""
+    return lab(tmp_path_factory.mktemp("driver") / "run", start + ray_args(cluster, workers=1))
+
+
+@pytest.fixture(scope="module")
+def two_ranks_run(cluster, start, tmp_path_factory):
+    """A run whose learner is two FSDP2 ranks."""
+    return lab(tmp_path_factory.mktemp("rank2") / "run", start + learner_args(cluster, 2))
+
+
+def test_learner_ranks_train_what_the_driver_s_learner_does(cluster, start, driver_run, two_ranks_run, tmp_path):
     """distributed.learner_workers through a whole run: one learner rank (a Ray actor) trains
     exactly what the learner in the driver does (metrics, final weights); two FSDP2 ranks take the
     same first step up to summation order (the samples of step 1 are drawn before any update, so
@@ -126,12 +146,10 @@ def test_learner_ranks_train_what_the_driver_s_learner_does(cluster, start, tmp_
     from rlvr.commands.export import export_checkpoint
     from rlvr.sharded_checkpoint import read_manifest
 
-    # One rollout worker: the learner ranks' bundles (0.5 CPU each) may be packed onto a rollout
-    # node, whose one CPU a second rollout worker would need.
-    in_driver = lab(tmp_path / "driver", start + ray_args(cluster, workers=1))
-    one_rank = lab(tmp_path / "rank1", start + ray_args(cluster, workers=1, learner_workers=1, cpus_per_learner=0.5))
+    in_driver = driver_run
+    one_rank = lab(tmp_path / "rank1", start + learner_args(cluster, 1))
     assert_same_run(in_driver, one_rank)
-    two = lab(tmp_path / "rank2", start + ray_args(cluster, workers=1, learner_workers=2, cpus_per_learner=0.5))
+    two = two_ranks_run
     first_a, first_b = comparable(in_driver)[0], comparable(two)[0]
     assert first_a["loss/active_frac"] > 0, "step 1 updated nothing: the comparison would say little"
     assert first_a.keys() == first_b.keys()
@@ -145,6 +163,76 @@ def test_learner_ranks_train_what_the_driver_s_learner_does(cluster, start, tmp_
     export_checkpoint(two, tmp_path / "export")
     exported, final = load_file(tmp_path / "export" / "model.safetensors"), weights(two)
     assert all(torch.equal(exported[k], final[k]) for k in final)  # the run's model is the ranks' last weights
+
+
+def test_learner_ranks_publish_by_collective_exactly_what_the_object_store_carries(cluster, start, two_ranks_run, tmp_path):
+    """Weights gathered from two FSDP2 shards and broadcast by rank 0 to the rollout worker
+    (distributed.weight_sync = collective) train the same run as rank 0's packed copy through the
+    object store, bit for bit."""
+    broadcast = lab(tmp_path / "collective", start + learner_args(cluster, 2) + ["distributed.weight_sync=collective"])
+    assert_same_run(two_ranks_run, broadcast)
+    records = read_jsonl_records(broadcast / "metrics.jsonl")
+    assert all("time/weight_send" in r for r in records) and not any("time/weight_put" in r for r in records)
+
+
+@pytest.mark.parametrize("kill_at, sync", [
+    ("learner_update@2", "object_store"),  # step 2: the group re-forms from step 1's checkpoint
+    # step 1: no checkpoint yet, the group starts over; the new rank 0 forms a new weight group
+    pytest.param("learner_update@1", "collective", marks=pytest.mark.slow),
+])
+def test_a_learner_rank_killed_mid_update_is_replaced_and_the_run_ends_where_the_unharmed_one_does(
+        cluster, start, two_ranks_run, tmp_path, monkeypatch, kill_at, sync):
+    """One of two FSDP2 ranks SIGKILLs itself as its update begins, while the other waits for it
+    in the update's first collective: the group is stopped and formed anew, the steps after the
+    last checkpoint are redone, and metrics and final weights are those of the unharmed run."""
+    (tmp_path / "marks").mkdir()
+    monkeypatch.setenv("RLVR_KILL_AT", kill_at)
+    monkeypatch.setenv("RLVR_KILL_ONCE", str(tmp_path / "marks"))
+    with pytest.warns(RuntimeWarning, match="a learner rank died.*re-forming the learner"):
+        killed = lab(tmp_path / "killed", start + learner_args(cluster, 2) + [f"distributed.weight_sync={sync}"])
+    assert list((tmp_path / "marks").iterdir()), "the fault was never injected"
+    assert_same_run(two_ranks_run, killed)
+    assert sum(r["distributed/learner_restarts"] for r in read_jsonl_records(killed / "metrics.jsonl")) == 1
+
+
+def test_a_learner_rank_s_node_lost_mid_run_is_replaced_on_another_node(cluster, start, driver_run, tmp_path):
+    """The node holding the only learner rank leaves the cluster once step 1 is written (its
+    processes gone, as when a machine is lost): the rank is formed again on the other node that
+    advertises the learners' resource, the steps after the last checkpoint are redone, and the run
+    ends where the unharmed one does (one rank trains exactly what the driver's learner does)."""
+    import threading
+    import time
+
+    from ray._private.state import actors
+
+    spares = [cluster.add_node(num_cpus=1, resources={"learner": 1}, object_store_memory=80 * 2**20) for _ in range(2)]
+    cluster.wait_for_nodes()
+    run_dir, errors = tmp_path / "moved", []
+
+    def train():
+        try:
+            lab(run_dir, start + learner_args(cluster, 1) + ["distributed.learner_resources={learner = 1}"])
+        except BaseException as err:  # noqa: BLE001 - reported by the test's thread
+            errors.append(err)
+
+    thread = threading.Thread(target=train)
+    thread.start()
+    try:
+        metrics = run_dir / "metrics.jsonl"
+        while not (metrics.exists() and metrics.read_text().strip()):
+            assert thread.is_alive(), f"the run ended before step 1 was written: {errors}"
+            time.sleep(0.02)
+        node = next(a["Address"]["NodeID"] for a in actors().values() if a["ActorClassName"] == "LearnerRank" and a["State"] == "ALIVE")
+        lost = next(n for n in spares if n.node_id == node)
+        cluster.remove_node(lost)
+        spares.remove(lost)
+        thread.join(timeout=600)
+    finally:
+        for n in spares:
+            cluster.remove_node(n)
+    assert not errors, errors
+    assert_same_run(driver_run, run_dir)
+    assert sum(r["distributed/learner_restarts"] for r in read_jsonl_records(run_dir / "metrics.jsonl")) == 1
 
 
 @pytest.mark.parametrize("target", [

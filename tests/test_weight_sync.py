@@ -154,6 +154,10 @@ def test_auto_takes_the_collective_path_only_for_gpu_workers_and_collective_asyn
     assert weight_sync_mode(dc) == "object_store"  # workers load between their rounds
     dc.max_staleness = 0  # nothing in flight: the synchronous loop
     assert weight_sync_mode(dc) == "collective"
+    dc.learner_workers = 2  # learner ranks on CPU would send over gloo: the object store
+    assert weight_sync_mode(dc) == "object_store"
+    dc.gpus_per_learner = 1
+    assert weight_sync_mode(dc) == "collective"
     with pytest.raises(ConfigError, match="distributed.weight_sync: = 'collective' cannot serve async mode.*rounds in flight"):
         load_config(overrides=["distributed.backend=ray", "distributed.mode=async", "distributed.weight_sync=collective"])
     load_config(overrides=["distributed.backend=ray", "distributed.mode=async", "distributed.max_staleness=0", "distributed.weight_sync=collective"])

@@ -2,7 +2,7 @@
 the learner verbs the RL loop needs.
 
 The ranks are gang-placed: one placement group of W bundles (distributed.cpus_per_learner CPUs,
-distributed.gpus_per_learner GPUs each) is reserved before any rank starts, so either all of them
+distributed.gpus_per_learner GPUs and distributed.learner_resources each) is reserved before any rank starts, so either all of them
 run or none does; a cluster whose nodes cannot hold W bundles is refused at once, naming what it
 lacks, and one that is only busy is waited for up to distributed.startup_timeout_s. The ranks form
 one torch.distributed group (gloo on CPU, NCCL on GPU; rank 0's node and a port free there are
@@ -29,11 +29,12 @@ import torch
 
 from rlvr.batching import micro_batches
 from rlvr.config import Config, ConfigError
-from rlvr.errors import RunStopped, UsageError
+from rlvr.errors import LearnerLost, RunStopped, UsageError
 from rlvr.models import resolve_device
 from rlvr.rollout import Rollouts
 from rlvr.update import UpdateMetrics, UpdateSettings, plan_micro_batches
 from rlvr.distributed.learner_rank import LearnerRank, rollouts_to
+from rlvr.distributed.weight_sync import WeightSyncError
 from rlvr.distributed.workers import build_policy, initial_tensors, pack_weights, policy_spec, unpack_weights
 
 
@@ -41,9 +42,9 @@ class DistributedError(RunStopped):
     """Ray workers or learner ranks could not start, or died more often than distributed.max_restarts allows."""
 
 
-def learner_bundle(cpus: float, gpus: float) -> dict[str, float]:
-    """What one rank reserves (a bundle of the placement group)."""
-    bundle = {"CPU": float(cpus), "GPU": float(gpus)}
+def learner_bundle(cpus: float, gpus: float, resources: dict[str, float] | None = None) -> dict[str, float]:
+    """What one rank reserves (a bundle of the placement group): CPUs, GPUs and custom resources."""
+    bundle = {"CPU": float(cpus), "GPU": float(gpus), **{k: float(v) for k, v in (resources or {}).items()}}
     bundle = {k: v for k, v in bundle.items() if v > 0}
     return bundle or {"CPU": 0.01}  # Ray refuses an empty bundle
 
@@ -81,6 +82,12 @@ def strategy_problem(strategy: str) -> str | None:
     return None
 
 
+def _death(err: ray.exceptions.RayActorError) -> str:
+    """The first line of Ray's account of an actor's death (the rest is its creation's traceback)."""
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
 def _resources(resources: dict[str, float]) -> str:
     keep = {k: round(v, 2) for k, v in resources.items() if not k.startswith(("node:", "memory", "object_store_memory", "accelerator_type"))}
     return str(keep)
@@ -100,6 +107,7 @@ class LearnerGroup:
         self.device = torch.device(device) if device is not None else resolve_device(cfg.run.device)
         self.ranks: list = []
         self.placement = None
+        self.restarts = 0  # groups formed in place of one that lost a rank (reform)
         problem = strategy_problem(self.strategy)
         if problem:
             raise ConfigError(f"distributed.learner_strategy = {self.strategy!r}: {problem}")
@@ -114,7 +122,7 @@ class LearnerGroup:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         dc, W = self.cfg.distributed, self.world
-        bundle = learner_bundle(dc.cpus_per_learner, dc.gpus_per_learner)
+        bundle = learner_bundle(dc.cpus_per_learner, dc.gpus_per_learner, dc.learner_resources)
         nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
         short = placement_shortfall(W, bundle, nodes)
         if short:
@@ -134,7 +142,7 @@ class LearnerGroup:
         threads = max(1, round(dc.cpus_per_learner))
         self.ranks = [
             ray.remote(LearnerRank).options(
-                num_cpus=dc.cpus_per_learner, num_gpus=dc.gpus_per_learner, max_restarts=0,
+                num_cpus=dc.cpus_per_learner, num_gpus=dc.gpus_per_learner, resources=dict(dc.learner_resources), max_restarts=0,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(self.placement, placement_group_bundle_index=r),
             ).remote(r, W, self.cfg, threads, device_type)
             for r in range(W)
@@ -154,7 +162,7 @@ class LearnerGroup:
         and optimizer settings may change; the world size and resources per rank may not): a new
         learner without new processes."""
         dc, had = cfg.distributed, self.cfg.distributed
-        shape = lambda d: (d.learner_workers, d.cpus_per_learner, d.gpus_per_learner)  # noqa: E731
+        shape = lambda d: (d.learner_workers, d.cpus_per_learner, d.gpus_per_learner, d.learner_resources)  # noqa: E731
         if shape(dc) != shape(had):
             raise ValueError("LearnerGroup.reset keeps the ranks: distributed.learner_workers and the resources per learner must not change")
         problem = strategy_problem(dc.learner_strategy)
@@ -165,14 +173,56 @@ class LearnerGroup:
         self._each("build", self.spec, ray.put(pack_weights(initial_tensors(policy))), cfg)
 
     def _get(self, refs: list) -> list:
+        """The calls' results, in order. They are taken as they finish: a rank that died (its
+        process killed, its node lost) leaves the others waiting for it inside a collective, so
+        the first death ends the group at once (every rank stopped, the reservation freed) and
+        raises LearnerLost, after which `reform` starts a new one (rl_train does)."""
+        waiting = list(refs)
         try:
+            while waiting:
+                done, waiting = ray.wait(waiting, num_returns=1)
+                ray.get(done)
             return ray.get(refs)
         except ray.exceptions.RayTaskError as err:  # a rank's call raised: a run-stopping error keeps its type
-            if isinstance(err.cause, (RunStopped, UsageError)):
+            if isinstance(err.cause, (RunStopped, UsageError, WeightSyncError)):  # a broken weight broadcast: the caller retries
                 raise err.cause from None
             raise DistributedError(f"a learner rank failed: {err.cause!r}") from err
         except ray.exceptions.RayActorError as err:
-            raise DistributedError(f"a learner rank died: {err}") from err
+            self._abandon()
+            raise LearnerLost(f"a learner rank died ({_death(err)})") from err
+
+    def reform(self, policy: torch.nn.Module) -> None:
+        """A new group in place of one that lost a rank: new processes, placed anew (a lost node's
+        ranks go to the nodes left, or the shortfall is named), each holding its part of `policy`
+        (the run's first weights) with a fresh optimizer and scheduler, as the group first began.
+        The caller loads the last checkpoint into it."""
+        self._abandon()
+        self.restarts += 1
+        try:
+            self._start(policy)
+        except BaseException:
+            self.close()
+            raise
+
+    def _abandon(self) -> None:
+        """Stop every rank without asking (the living ones may be stuck in a collective with a dead one) and free the reservation."""
+        for rank in self.ranks:
+            try:
+                ray.kill(rank)
+            except Exception:  # noqa: BLE001 - already dead
+                pass
+        self.ranks = []
+        self._free_placement()
+
+    def _free_placement(self) -> None:
+        if self.placement is not None:
+            try:
+                from ray.util.placement_group import remove_placement_group
+
+                remove_placement_group(self.placement)
+            except Exception:  # noqa: BLE001
+                pass
+            self.placement = None
 
     def _each(self, method: str, *args, **kwargs) -> list:
         """Call `method` on every rank at once (collectives need them all) and wait; results in rank order."""
@@ -236,6 +286,18 @@ class LearnerGroup:
         `consume` is e.g. a function calling `WeightSyncGroup.send(stream)` on rank 0's group."""
         return self._each("with_weights", consume, *args, trainable_only=trainable_only)[0]
 
+    def open_weight_source(self, timeout_s: float) -> str:
+        """The address rank 0 meets the rollout workers' weight group at (the collective publishing path)."""
+        return self._get([self.ranks[0].open_weight_host.remote(timeout_s)])[0]
+
+    def form_weight_group(self, world: int, generation: int, backend: str) -> None:
+        """Rank 0 forms generation `generation` as the source; returns once every receiver joined (they must be joining now)."""
+        self._get([self.ranks[0].form_weight_group.remote(world, generation, backend)])
+
+    def send_weights(self) -> int:
+        """The trainable weights to the weight group, gathered one parameter at a time; the bytes each receiver got."""
+        return self._each("send_weights")[0]
+
     def packed_weights(self, trainable_only: bool = True) -> dict:
         """pack_weights of the whole weights (under LoRA with `trainable_only`: the adapters), from rank 0."""
         return self._each("packed_weights", trainable_only)[0]
@@ -263,20 +325,7 @@ class LearnerGroup:
                 ray.wait([rank.close.remote() for rank in self.ranks], num_returns=len(self.ranks), timeout=10)
             except Exception:  # noqa: BLE001 - a dead rank: nothing left to close there
                 pass
-        for rank in self.ranks:
-            try:
-                ray.kill(rank)
-            except Exception:  # noqa: BLE001
-                pass
-        self.ranks = []
-        if self.placement is not None:
-            try:
-                from ray.util.placement_group import remove_placement_group
-
-                remove_placement_group(self.placement)
-            except Exception:  # noqa: BLE001
-                pass
-            self.placement = None
+        self._abandon()
 
 
 def rollouts_to_cpu(rollouts: Rollouts) -> Rollouts:

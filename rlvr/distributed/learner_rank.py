@@ -39,6 +39,7 @@ import torch
 import torch.distributed as dist
 
 from rlvr.architecture import base_model
+from rlvr.checkpoint import fault_point
 from rlvr.config import Config, ConfigError
 from rlvr.learner import adamw, lr_factor
 from rlvr.logprobs import completion_logprobs
@@ -47,6 +48,7 @@ from rlvr.rollout import Rollouts
 from rlvr.runtime import apply_run_settings, forward_precision
 from rlvr.sharded_checkpoint import load_sharded, save_sharded
 from rlvr.update import MicroBatchPlan, Share, UpdateMetrics, UpdateSettings, chunk_sequence_kl, run_update
+from rlvr.distributed.weight_sync import WeightSyncError, WeightSyncHost, manifest_of
 from rlvr.distributed.workers import PolicySpec, StartedActor, build_policy, pack_weights, unpack_weights
 
 GRADIENT_BUCKET_ELEMENTS = 2**24  # DDP sums gradients this many elements at a time: W x 64 MiB of fp32 in flight
@@ -161,6 +163,7 @@ class LearnerRank(StartedActor):
         self.strategy = cfg.distributed.learner_strategy
         self.settings = UpdateSettings.from_config(cfg)
         self.joined = False
+        self.weight_host, self.weight_group = None, None  # rank 0, when weights reach the rollout workers by collective
         try:
             apply_run_settings(cfg, threads)
             if device_type == "cuda":
@@ -234,6 +237,7 @@ class LearnerRank(StartedActor):
 
     def update(self, batch: tuple[Rollouts, torch.Tensor, MicroBatchPlan]) -> tuple[UpdateMetrics, float]:
         """This rank's share of one planned update; returns its metric sums and the learning rate."""
+        fault_point("learner_update")  # the resume tests' SIGKILL: the other ranks then wait in this update's collectives
         rollouts, advantages_B, plan = batch
         rollouts, advantages_B = rollouts_to(rollouts, self.device), advantages_B.to(self.device)
         with forward_precision(self.cfg, self.device):
@@ -315,16 +319,51 @@ class LearnerRank(StartedActor):
         publisher's send) and returns what it returns; the other ranks walk the stream with it
         (their part in each gather) and return None."""
         stream = self.named_weights(trainable_only)
-        if self.rank == 0:
-            return consume(stream, *args)
-        for _ in stream:
-            pass
+        try:
+            if self.rank == 0:
+                return consume(stream, *args)
+        finally:
+            for _ in stream:  # to the end, also when consume stopped early: the other ranks are in the gathers of the rest
+                pass
         return None
 
     def packed_weights(self, trainable_only: bool = True):
         """Rank 0: pack_weights of `named_weights` (the object-store path; the whole policy for
         evaluation); the others None."""
         return self.with_weights(lambda stream: pack_weights({name: t.cpu() for name, t in stream}), trainable_only=trainable_only)
+
+    # ------------------------------------------------------------------ weights to rollout workers by collective (rank 0)
+
+    def open_weight_host(self, timeout_s: float) -> str:
+        """Rank 0: where the rollout workers meet the weight group (weight_sync.WeightSyncHost on this node)."""
+        import ray
+
+        self.weight_host = WeightSyncHost(ray.util.get_node_ip_address(), timeout_s)
+        return self.weight_host.address
+
+    def form_weight_group(self, world: int, generation: int, backend: str) -> None:
+        """Rank 0: form generation `generation` of the weight group as its source, while the rollout
+        workers join it. The manifest is the trainable parameters' names, whole shapes and dtypes
+        (a sharded parameter's metadata says its whole shape: nothing is gathered)."""
+        self.close_weight_group()
+        manifest = manifest_of((name, p) for name, p in self.model.named_parameters() if p.requires_grad)
+        device = self.device if backend == "nccl" else torch.device("cpu")
+        self.weight_group = self.weight_host.source(world, manifest, generation, backend, device)
+
+    def send_weights(self) -> int | None:
+        """Every rank walks the trainable weights (its part of each gather); rank 0 broadcasts each
+        gathered tensor to the rollout workers as it comes. Rank 0 returns the bytes sent."""
+        def send(stream):
+            if self.weight_group is None:
+                raise WeightSyncError("learner rank 0 holds no weight group (form_weight_group first)")
+            return self.weight_group.send(stream)
+
+        return self.with_weights(send)
+
+    def close_weight_group(self) -> None:
+        if self.weight_group is not None:
+            self.weight_group.close()
+            self.weight_group = None
 
     def save(self, directory: str) -> None:
         save_sharded(Path(directory), self.model, self.optimizer)
@@ -349,6 +388,7 @@ class LearnerRank(StartedActor):
         return fn(self, *args, **kwargs)
 
     def close(self) -> None:
+        self.close_weight_group()
         if self.joined and dist.is_initialized():
             dist.destroy_process_group()
             self.joined = False

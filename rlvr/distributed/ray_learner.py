@@ -118,9 +118,9 @@ def weight_sync_mode(dc: DistributedConfig) -> str:
     if dc.weight_sync != "auto":
         return dc.weight_sync
     ahead = dc.mode == "async" and dc.max_staleness > 0
-    # Learner ranks publish through the object store (rank 0 packs the gathered weights): the
-    # collective's source is this process for now (DistributedConfig.validate refuses the pair).
-    return "collective" if dc.gpus_per_worker > 0 and not ahead and dc.learner_workers == 0 else "object_store"
+    # Learner ranks on CPU with rollout workers on GPUs would send over gloo: the object store then.
+    on_gpus = dc.gpus_per_worker > 0 and (dc.learner_workers == 0 or dc.gpus_per_learner > 0)
+    return "collective" if on_gpus and not ahead else "object_store"
 
 
 def required_resources(dc: DistributedConfig) -> dict[str, float]:
@@ -151,7 +151,8 @@ class RayLearner:
         self.rollout, self.reward, self.pids, self.started = [], [], {}, False
         self.metrics: dict[str, float] = defaultdict(float)
         self.weight_sync = weight_sync_mode(dc)
-        self.weight_host, self.weight_group, self.weight_generation = None, None, 0  # collective mode (_form_weight_group)
+        # collective mode: the source's address, its group when it is this process, and whether the group is formed
+        self.weight_address, self.weight_host, self.weight_group, self.weight_formed, self.weight_generation = None, None, None, False, 0
         self.owns_ray = connect(dc)
         try:
             # Learner ranks first: they reserve their devices in one placement group, and the
@@ -197,7 +198,7 @@ class RayLearner:
         self.pids = {("rollout", k): info["pid"] for k, info in enumerate(infos[: len(self.rollout)])}
         self.pids |= {("reward", k): info["pid"] for k, info in enumerate(infos[len(self.rollout):])}
         if self.weight_sync == "collective":
-            self.weight_host = WeightSyncHost(ray.util.get_node_ip_address(), dc.startup_timeout_s)
+            self._open_weight_source()
             self._form_weight_group()
 
     def _get(self, refs: list) -> list:
@@ -303,6 +304,8 @@ class RayLearner:
         if rounds:
             m["distributed/staleness_mean"] = m.pop("distributed/staleness_sum") / rounds
         m.setdefault("distributed/worker_restarts", 0)
+        if isinstance(self.trainer, LearnerGroup):
+            m.setdefault("distributed/learner_restarts", 0)
         return m
 
     # ------------------------------------------------------------------ update and weights
@@ -349,23 +352,44 @@ class RayLearner:
         """What the source sends, lazily: the trainable parameters in manifest order (views on CPU)."""
         return ((name, p.detach()) for name, p in self.policy.named_parameters() if p.requires_grad)
 
+    def _open_weight_source(self) -> None:
+        """Where the weight group's source listens: learner rank 0 (it gathers the shards), or this process."""
+        if isinstance(self.trainer, LearnerGroup):
+            self.weight_address = self.trainer.open_weight_source(self.dc.startup_timeout_s)
+        else:
+            self.weight_host = WeightSyncHost(ray.util.get_node_ip_address(), self.dc.startup_timeout_s)
+            self.weight_address = self.weight_host.address
+        self.weight_formed = False
+
     def _form_weight_group(self) -> None:
-        """A new generation of the weight group: this process (rank 0) and every rollout worker.
-        The manifest is the trainable parameters in the dtypes the workers hold them in (the
-        policy's own: a worker's copy is built from the policy's tensors)."""
+        """A new generation of the weight group: the source (rank 0: this process or learner rank 0)
+        and every rollout worker. The manifest is the trainable parameters in the dtypes the
+        workers hold them in (the policy's own: a worker's copy is built from the policy's tensors)."""
         if self.weight_group is not None:
             self.weight_group.close()
             self.weight_group = None
+        self.weight_formed = False
         self.weight_generation += 1
         world, dc = len(self.rollout) + 1, self.dc
-        joining = [w.join_weight_group.remote(self.weight_host.address, k + 1, world, self.weight_generation, dc.startup_timeout_s)
+        joining = [w.join_weight_group.remote(self.weight_address, k + 1, world, self.weight_generation, dc.startup_timeout_s)
                    for k, w in enumerate(self.rollout)]
-        backend = "nccl" if self.device.type == "cuda" and dc.gpus_per_worker > 0 else "gloo"
         try:
-            self.weight_group = self.weight_host.source(world, manifest_of(self._weight_source()), self.weight_generation, backend,
-                                                        self.device)
+            if isinstance(self.trainer, LearnerGroup):
+                backend = "nccl" if dc.gpus_per_learner > 0 and dc.gpus_per_worker > 0 else "gloo"
+                self.trainer.form_weight_group(world, self.weight_generation, backend)
+            else:
+                backend = "nccl" if self.device.type == "cuda" and dc.gpus_per_worker > 0 else "gloo"
+                self.weight_group = self.weight_host.source(world, manifest_of(self._weight_source()), self.weight_generation, backend,
+                                                            self.device)
         finally:
             self._get(joining)  # a worker's refusal (ManifestMismatch) is raised as its own
+        self.weight_formed = True
+
+    def _send_weights(self) -> int:
+        """One broadcast of the trainable weights from the source; the bytes each worker received."""
+        if isinstance(self.trainer, LearnerGroup):
+            return self.trainer.send_weights()
+        return self.weight_group.send(self._weight_source())
 
     def _weight_group_intact(self) -> bool:
         """Every rollout worker is in the current group (a restarted one is in none)."""
@@ -377,12 +401,12 @@ class RayLearner:
         broadcast breaks off (a worker died during it)."""
         t0 = time.perf_counter()
         for attempt in range(2):
-            if attempt or self.weight_group is None or not self._weight_group_intact():
+            if attempt or not self.weight_formed or not self._weight_group_intact():
                 self._form_weight_group()
             receiving = [w.receive_weights.remote(self.version, self.weight_generation) for w in self.rollout]
             try:
                 t_send = time.perf_counter()
-                sent = self.weight_group.send(self._weight_source())
+                sent = self._send_weights()
                 send_s = time.perf_counter() - t_send
                 loaded = self._get(receiving)
                 break
@@ -397,6 +421,23 @@ class RayLearner:
 
     def reference_kl(self, rollouts: Rollouts) -> torch.Tensor:
         return self.trainer.reference_kl(rollouts)
+
+    def recover(self) -> None:
+        """After a learner rank died (LearnerLost): the ranks re-formed from the run's first
+        weights (this process's policy, which ranks never train), and the rollout workers back at
+        version 0 with no round in flight. rl_train then loads the last checkpoint, if any,
+        through load_policy and load_trainer_state, which hand the workers its weights."""
+        if not isinstance(self.trainer, LearnerGroup):
+            raise RuntimeError("only learner ranks (distributed.learner_workers > 0) can be lost and re-formed")
+        self.trainer.reform(self.policy)
+        self.metrics["distributed/learner_restarts"] += 1
+        self.rounds, self.version, self.pending = 0, 0, {}  # rounds in flight were sampled for steps that will be redone
+        if self.weight_sync == "collective":  # a new rank 0: a new source, which sends its (first) weights
+            self._open_weight_source()
+            self._broadcast_weights()
+            return
+        self.versions = {0: ray.put(pack_weights(initial_tensors(self.policy)))}
+        self._get([w.load.remote(0, [self.versions[0]]) for w in self.rollout])
 
     def evaluation_policy(self) -> contextlib.AbstractContextManager[torch.nn.Module]:
         return self.trainer.evaluation_policy()
