@@ -57,9 +57,10 @@ def _name_its_group(item) -> None:
     copy of each shared run. Write it where this pytest reads it (checked by
     tests/test_test_groups.py)."""
     names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in item.iter_markers("xdist_group")})
-    if not names or "@" in item.nodeid:
+    suffix = "@" + "_".join(names)
+    if not names or item.nodeid.endswith(suffix):  # not "@" in the id: a parameter may hold one (a kill point "generate@3")
         return
-    grouped = f"{item.nodeid}@{'_'.join(names)}"
+    grouped = item.nodeid + suffix
     if hasattr(item, "_id"):
         from _pytest.nodeid import coerce_node_id  # pytest >= 9: the structured id
 
