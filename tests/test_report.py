@@ -240,3 +240,25 @@ def test_names_with_dollar_signs_are_drawn_as_written(reported_run, tmp_path):
     assert "a$b: reward" in page
     shown = re.sub(r"<!--.*?-->", "", page, flags=re.DOTALL)  # matplotlib keeps each label's source in a comment
     assert "mathdefault" not in shown  # log-scale tick labels (the SFT loss) are still rendered as math, not shown raw
+
+
+def test_a_figure_is_drawn_again_only_when_what_it_reads_has_changed(reported_run, monkeypatch):
+    from rlvr.report import figures
+
+    assert set(figures.READS) == set(figures.FIGURES)  # a new figure declares what it reads
+    run = load_run(reported_run[0])
+    drawn: list[str] = []
+    for name, draw in list(figures.FIGURES.items()):
+        monkeypatch.setitem(figures.FIGURES, name, lambda runs, name=name, draw=draw: drawn.append(name) or draw(runs))
+    monkeypatch.setattr(figures, "_DRAWN", {})
+    first = figures.draw_all([run])
+    assert sorted(drawn) == sorted(figures.FIGURES) and {"reward", "behaviour", "held-out"} <= first.keys()
+    drawn.clear()
+    assert figures.draw_all([run]) == first and drawn == []  # nothing changed: nothing drawn
+    run.evals = {k: v for k, v in run.evals.items() if k != "after_rl"}  # the evaluations changed: the figures reading them
+    again = figures.draw_all([run])
+    assert set(drawn) == {"held-out", "pass-at-k", "by-level"} and again["by-level"] != first["by-level"]
+    drawn.clear()
+    run.records = run.records[:-1]  # the metrics changed: the figures reading them
+    figures.draw_all([run])
+    assert set(drawn) == {"reward", "held-out", "behaviour", "hack"}
