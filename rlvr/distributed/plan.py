@@ -326,9 +326,12 @@ def plan(shape: ModelShape, s: Setup, device_memory: int | None = None) -> Learn
     host = dict(kept) if offloaded else {}
     mixed = s.fsdp and s.on_gpu and s.autocast  # FSDP's MixedPrecisionPolicy (learner_rank.shard): it gathers bf16 copies
     if s.fsdp:  # unsharded units: the root (kept gathered from forward to backward), the block computed, the next prefetched
-        unit = max(shape.block_parameters(), shape.root_parameters())
+        # + the unsharded fp32 gradient of one unit before its reduce-scatter, at the peak (early in
+        # backward, the activations all alive): a block's, or the output layer's, which the root holds
+        # from the first backward step to the last (an untied embedding's comes last, the activations gone)
+        unit = max(shape.block_parameters(), shape.vocab_size * shape.hidden_size + shape.hidden_size)
         device["gathered units"] = (shape.root_parameters() + 2 * shape.block_parameters()) * (2 if mixed else w) + (
-            unit * 4 if not s.lora_rank else 0)  # + one unit's unsharded fp32 gradient before its reduce-scatter
+            unit * 4 if not s.lora_rank else 0)
     if s.autocast and w == 4 and not mixed:  # autocast's bf16 copy of every fp32 matrix, kept for backward (frozen ones too)
         device["autocast weight copies"] = 2 * shape.num_layers * sum(a * b for a, b in shape.linear_shapes().values())
     device["activations"] = activation_bytes(shape, s)
