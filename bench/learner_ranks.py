@@ -56,7 +56,7 @@ def config(model_dir: Path, a: argparse.Namespace, W: int, threads: int):
         f"model.path={json.dumps(str(model_dir))}", "run.dtype=float32", "run.autocast=none", "algo.beta=0.0", "train.lr=1e-6",
         f"train.micro_batch_size={a.micro_batch}", f"train.steps={a.steps}", f"run.threads={threads}", "distributed.backend=ray",
         f"distributed.learner_workers={W}", "distributed.learner_strategy=fsdp", f"distributed.cpus_per_learner={2 // max(W, 1)}",
-        "distributed.startup_timeout_s=600", f"rollout.max_new_tokens={a.new_tokens}",
+        "distributed.startup_timeout_s=600", f"rollout.max_new_tokens={a.new_tokens}", *a.set,
     ])
 
 
@@ -157,6 +157,7 @@ def main() -> None:
     p.add_argument("--rows", type=int, default=16)
     p.add_argument("--micro-batch", type=int, default=4)
     p.add_argument("--new-tokens", type=int, default=48)
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a config override for every learner")
     p.add_argument("--one", choices=["local", "1", "2"], help=argparse.SUPPRESS)  # a child: one learner, JSON on stdout
     p.add_argument("--model-dir", help=argparse.SUPPRESS)
     a = p.parse_args()
@@ -174,7 +175,7 @@ def main() -> None:
     results = {}
     for which in ["local", "1", "2"]:
         args = [sys.executable, __file__, "--one", which, "--model-dir", str(model_dir), "--steps", str(a.steps), "--rows", str(a.rows),
-                "--micro-batch", str(a.micro_batch), "--new-tokens", str(a.new_tokens)]
+                "--micro-batch", str(a.micro_batch), "--new-tokens", str(a.new_tokens), *(f"--set={o}" for o in a.set)]
         out = subprocess.run(args, capture_output=True, text=True, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
         line = next((ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")), None)
         if line is None:
