@@ -15,7 +15,8 @@ Ray actors), so one learner's allocations never count toward another's:
   - local: LocalLearner with 2 torch threads (the machine's 2 cores);
   - W=1: one rank with 2 CPUs and 2 threads;
   - W=2: two FSDP2 ranks with 1 CPU and 1 thread each.
-Per process: the RSS after the learner is built (weights; the optimizer's moments are allocated
+Per process: the peak RSS up to the end of the learner's build (the model's construction and
+sharding included), the RSS after it is built (weights; the optimizer's moments are allocated
 at the first step) and the peak RSS during the updates (Linux VmHWM, reset just before them),
 both including the ~0.4 GiB of torch and transformers every process holds; the tensors it holds
 (parameters and optimizer state, summed from the tensors themselves); and the plan's per-rank
@@ -102,12 +103,12 @@ def run_local(model_dir: Path, a: argparse.Namespace) -> dict:
     cfg = config(model_dir, a, 0, 2)
     apply_run_settings(cfg)
     learner = LocalLearner(load_model(str(model_dir), dtype="float32"), load_tokenizer(str(model_dir)), cfg)
-    built = status_bytes("VmRSS")
+    built, build_peak = status_bytes("VmRSS"), status_bytes("VmHWM")
     reset_peak()
     seconds = timed_steps(learner.update, rollouts, advantages, a.steps)
     state = [t for s in learner.optimizer.state.values() for t in s.values() if isinstance(t, torch.Tensor)]
     held = {"parameters": sum(p.nbytes for p in learner.policy.parameters()), "optimizer": sum(t.nbytes for t in state)}
-    return {"ranks": [{"rss_built": built, "peak_rss": status_bytes("VmHWM"), **held}], "seconds": seconds}
+    return {"ranks": [{"rss_built": built, "build_peak_rss": build_peak, "peak_rss": status_bytes("VmHWM"), **held}], "seconds": seconds}
 
 
 def rank_rss(rank, reset: bool) -> dict:
@@ -138,7 +139,7 @@ def run_ranks(model_dir: Path, a: argparse.Namespace, W: int) -> dict:
             group.close()
     finally:
         ray.shutdown()
-    return {"ranks": [{"rss_built": b["rss"], "peak_rss": p["peak_rss"], **h} for b, p, h in zip(built, peaks, held)], "seconds": seconds}
+    return {"ranks": [{"rss_built": b["rss"], "build_peak_rss": b["peak_rss"], "peak_rss": p["peak_rss"], **h} for b, p, h in zip(built, peaks, held)], "seconds": seconds}
 
 
 def planned(model_dir: Path, a: argparse.Namespace, W: int) -> int:
@@ -186,7 +187,7 @@ def main() -> None:
     local_peak = results["local"]["ranks"][0]["peak_rss"]
     t = Table(title=f"SmolLM2-135M full fine-tuning, fp32 AdamW: {a.rows} rows x {a.new_tokens} new tokens, micro-batch "
                     f"{a.micro_batch}, {a.steps} updates (median of steps 2..)", title_justify="left")
-    for col in ["learner", "rank", "update s", "vs local", "RSS built GiB", "peak RSS GiB", "peak vs local", "params GiB",
+    for col in ["learner", "rank", "update s", "vs local", "peak RSS building GiB", "RSS built GiB", "peak RSS GiB", "peak vs local", "params GiB",
                 "optimizer GiB", "plan GiB"]:
         t.add_column(col, justify="right")
     for which, label in [("local", "local (2 threads)"), ("1", "W=1 (2 CPUs)"), ("2", "W=2 FSDP2 (1 CPU each)")]:
@@ -195,7 +196,7 @@ def main() -> None:
         plan_bytes = planned(model_dir, a, 0 if which == "local" else int(which))
         for k, rank in enumerate(r["ranks"]):
             t.add_row(label if k == 0 else "", str(k), f"{step:.2f}" if k == 0 else "", f"{step / local_step:.2f}x" if k == 0 else "",
-                      f"{rank['rss_built'] / GiB:.2f}", f"{rank['peak_rss'] / GiB:.2f}", f"{rank['peak_rss'] / local_peak:.2f}",
+                      f"{rank['build_peak_rss'] / GiB:.2f}", f"{rank['rss_built'] / GiB:.2f}", f"{rank['peak_rss'] / GiB:.2f}", f"{rank['peak_rss'] / local_peak:.2f}",
                       f"{rank['parameters'] / GiB:.3f}", f"{rank['optimizer'] / GiB:.3f}", f"{plan_bytes / GiB:.2f}")
     Console().print(t)
     print(json.dumps(results))

@@ -49,7 +49,7 @@ from rlvr.runtime import apply_run_settings, forward_precision
 from rlvr.sharded_checkpoint import load_sharded, save_sharded
 from rlvr.update import MicroBatchPlan, Share, UpdateMetrics, UpdateSettings, chunk_sequence_kl, run_update
 from rlvr.distributed.weight_sync import WeightSyncError, WeightSyncHost, manifest_of
-from rlvr.distributed.workers import PolicySpec, StartedActor, build_policy, pack_weights, unpack_weights
+from rlvr.distributed.workers import PolicySpec, StartedActor, build_policy, pack_weights, policy_skeleton, unpack_weights
 
 GRADIENT_BUCKET_ELEMENTS = 2**24  # DDP sums gradients this many elements at a time: W x 64 MiB of fp32 in flight
 
@@ -123,6 +123,23 @@ def shard(model: torch.nn.Module, mesh, cfg: Config, device: torch.device, *, fr
             module.set_gradient_divide_factor(1.0)
             module.set_force_sum_reduction_for_comms(True)
     return root
+
+
+def load_shards(model: torch.nn.Module, tensors: dict[str, torch.Tensor], device: torch.device) -> None:
+    """Materialise a model sharded on the meta device (`shard`): each parameter's local shard is
+    allocated on `device` and filled with this rank's slice of the whole tensor in `tensors` (cut
+    here, nothing sent between ranks); buffers, which FSDP leaves whole, are copied whole."""
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    model.to_empty(device=device)
+    with torch.no_grad():
+        for name, t in [*model.named_parameters(), *model.named_buffers()]:
+            whole = tensors[name]
+            if isinstance(t, DTensor):
+                mine = distribute_tensor(whole.to(t.dtype), t.device_mesh, t.placements, src_data_rank=None).to_local()
+                t.to_local().copy_(mine)
+            else:
+                t.copy_(whole)
 
 
 def free_address() -> tuple[str, int]:
@@ -203,9 +220,11 @@ class LearnerRank(StartedActor):
             self.cfg, self.strategy, self.settings = cfg, cfg.distributed.learner_strategy, UpdateSettings.from_config(cfg)
             self.model = self.policy = self.reference = self.optimizer = self.scheduler = None
         cfg, tc = self.cfg, self.cfg.train
-        # FSDP builds the whole model in host memory and moves it to the device block by block as
-        # it shards (fully_shard moves what it manages to the mesh's device): a GPU never holds it whole.
-        self.model = build_policy(spec, unpack_weights(weights), "cpu" if self.strategy == "fsdp" else str(self.device))
+        tensors = unpack_weights(weights)  # views of the object store's copy: shared by the node's ranks, not this rank's memory
+        # FSDP shards the model while it is on the meta device, then allocates only this rank's
+        # shards and copies its slice of each tensor into them (load_shards): no rank ever holds
+        # the whole model, in host memory or on its device.
+        self.model = policy_skeleton(spec, tensors) if self.strategy == "fsdp" else build_policy(spec, tensors, str(self.device))
         if cfg.model.gradient_checkpointing:
             self.model.gradient_checkpointing_enable()
         self.model.train()
@@ -215,10 +234,14 @@ class LearnerRank(StartedActor):
 
             mesh = init_device_mesh(self.device.type, (self.world,))
             self.policy = shard(self.model, mesh, cfg, self.device)  # the FSDP root: what the update calls
+            load_shards(self.model, tensors, self.device)
             if isinstance(reference, AdapterOffReference):
                 self.reference = ShardedAdaptersOff(self.policy)
+            elif reference is not None:
+                self.reference = shard(reference, mesh, cfg, self.device, frozen=True)
+                load_shards(reference, tensors, self.device)
             else:
-                self.reference = shard(reference, mesh, cfg, self.device, frozen=True) if reference is not None else None
+                self.reference = None
         else:
             self.policy, self.reference = self.model, reference
         # After sharding: the optimizer holds (and allocates its moments for) this rank's shards.

@@ -117,30 +117,40 @@ def initial_tensors(policy: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def build_policy(spec: PolicySpec, tensors: dict[str, torch.Tensor], device: str) -> torch.nn.Module:
     """The policy rebuilt from its spec on `device`, holding exactly `tensors` (names, dtypes, values)."""
+    model = policy_skeleton(spec, tensors)
+    model.to_empty(device=device)
+    # to_empty gives every module a tensor of its own: tied weights (the head = the embeddings) must share one again
+    (model.get_base_model() if spec.lora is not None else model).tie_weights()
+    held = dict(model.named_parameters()) | dict(model.named_buffers())
+    with torch.no_grad():
+        for name, value in tensors.items():
+            held[name].copy_(value)
+    return model
+
+
+def policy_skeleton(spec: PolicySpec, tensors: dict[str, torch.Tensor]) -> torch.nn.Module:
+    """The policy rebuilt from its spec on the meta device (no memory, no random init), each
+    parameter and buffer in the dtype and shape of its entry in `tensors`, which must name exactly
+    what it holds. A sharded learner shards this before any memory is allocated (learner_rank.py)."""
     from transformers import AutoModelForCausalLM  # heavy: imported where a worker builds its model
 
-    with torch.device("meta"):  # no memory and no random init for weights about to be overwritten
+    with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(spec.config, dtype=getattr(torch, spec.dtype), trust_remote_code=spec.trust_remote_code)
         if spec.lora is not None:
             from peft import get_peft_model  # heavy: only for LoRA policies
 
             model = get_peft_model(model, spec.lora, adapter_name=spec.adapter)
-    model.to_empty(device=device)
-    # to_empty gives every module a tensor of its own: tied weights (the head = the embeddings) must share one again
-    (model.get_base_model() if spec.lora is not None else model).tie_weights()
     held = dict(model.named_parameters()) | dict(model.named_buffers())
     missing, extra = sorted(set(tensors) - set(held)), sorted(set(held) - set(tensors))
     if missing or extra:
         raise RebuildError(f"the rollout worker's model, rebuilt from the policy's config, does not match the policy: it lacks "
                            f"{missing[:5]} and has {extra[:5]} besides (an architecture transformers' from_config cannot rebuild?)")
-    with torch.no_grad():
-        for name, value in tensors.items():
-            t = held[name]
-            if t.shape != value.shape:
-                raise RebuildError(f"the rollout worker's rebuilt model holds {name} as {tuple(t.shape)}, the policy as {tuple(value.shape)}")
-            if t.dtype != value.dtype:  # e.g. peft keeps LoRA adapters in fp32 under a bf16 model: the policy's dtype wins
-                t.data = torch.empty(value.shape, dtype=value.dtype, device=t.device)
-            t.copy_(value)
+    for name, value in tensors.items():
+        t = held[name]
+        if t.shape != value.shape:
+            raise RebuildError(f"the rollout worker's rebuilt model holds {name} as {tuple(t.shape)}, the policy as {tuple(value.shape)}")
+        if t.dtype != value.dtype:  # e.g. peft keeps LoRA adapters in fp32 under a bf16 model: the policy's dtype wins
+            t.data = torch.empty(value.shape, dtype=value.dtype, device="meta")
     if spec.generation_config is not None:
         model.generation_config = spec.generation_config
     return model.train(spec.training)
