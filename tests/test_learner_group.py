@@ -128,11 +128,13 @@ def max_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> fl
     return max(float((a[k] - b[k]).abs().max()) for k in a)
 
 
-@pytest.mark.parametrize("strategy", ["fsdp", "ddp"])
-def test_one_rank_trains_exactly_what_the_local_learner_does(one_rank, tokenizer, batch, strategy):
+@pytest.mark.parametrize("strategy, extra", [("fsdp", []), ("ddp", []), ("fsdp", ["model.gradient_checkpointing=true"])],
+                         ids=["fsdp", "ddp", "fsdp-checkpointing"])
+def test_one_rank_trains_exactly_what_the_local_learner_does(one_rank, tokenizer, batch, strategy, extra):
     """Two passes a step (old log-probs frozen), the KL reference in the loss and in reward_kl,
-    truncated importance weights against the sampler's log-probs: every metric and weight equal."""
-    cfg = config(1, strategy, "algo.num_iterations=2", "algo.tis_cap=2.0")
+    truncated importance weights against the sampler's log-probs: every metric and weight equal;
+    with gradient checkpointing too (each block's forward redone in backward, inside FSDP's unit)."""
+    cfg = config(1, strategy, "algo.num_iterations=2", "algo.tis_cap=2.0", *extra)
     local_metrics, local_weights, local_kl = train_local(cfg, tokenizer, batch)
     metrics, weights, kl = train_group(one_rank, cfg, tokenizer, batch)
     assert metrics == local_metrics
