@@ -319,6 +319,10 @@ def rl_phase(ctx: RunContext) -> None:
         ctx.reporter.print(f"resuming from {resume_from} (step {at} of {cfg.train.steps})")
     ctx.resumed_from = resume_from
     learner = make_learner(ctx.model, ctx.tokenizer, cfg)
+    if cfg.distributed.backend == "ray" and cfg.distributed.learner_workers > 0:
+        # The ranks hold the policy (and the object store its first weights): this process keeps
+        # no copy of its own until the ranks hand back the trained one (issue 35).
+        ctx.model.to("meta")
     evaluate_policy = functools.partial(held_out_figures, ctx) if cfg.eval.every else None
     try:
         with ctx.reporter.phase("rl", cfg.train.steps) as bar:
@@ -326,7 +330,10 @@ def rl_phase(ctx: RunContext) -> None:
                                                            evaluate_policy, trackers=ctx.trackers, on_progress=lambda _: refresh_report(ctx)))
         with learner.evaluation_policy() as trained:  # learner ranks hold the trained weights: gathered into the run's model
             if trained is not ctx.model:
-                ctx.model.load_state_dict(trained.state_dict())
+                if next(ctx.model.parameters()).is_meta:
+                    ctx.model = trained
+                else:
+                    ctx.model.load_state_dict(trained.state_dict())
     finally:
         learner.close()  # Ray: its workers stop with the run, however it ends
     if len(ctx.records) != cfg.train.steps:  # never exit 0 having silently trained too little

@@ -137,7 +137,7 @@ def two_ranks_run(cluster, start, tmp_path_factory):
     return lab(tmp_path_factory.mktemp("rank2") / "run", start + learner_args(cluster, 2))
 
 
-def test_learner_ranks_train_what_the_driver_s_learner_does(cluster, start, driver_run, two_ranks_run, tmp_path):
+def test_learner_ranks_train_what_the_driver_s_learner_does(cluster, start, driver_run, two_ranks_run, tmp_path, monkeypatch):
     """distributed.learner_workers through a whole run: one learner rank (a Ray actor) trains
     exactly what the learner in the driver does (metrics, final weights); two FSDP2 ranks take the
     same first step up to summation order (the samples of step 1 are drawn before any update, so
@@ -146,8 +146,24 @@ def test_learner_ranks_train_what_the_driver_s_learner_does(cluster, start, driv
     from rlvr.commands.export import export_checkpoint
     from rlvr.sharded_checkpoint import read_manifest
 
+    import rlvr.pipeline
+
     in_driver = driver_run
+    seen = {}
+    make_learner, rl_train = rlvr.pipeline.make_learner, rlvr.pipeline.rl_train
+
+    def making(model, *args):
+        seen["model"] = model
+        return make_learner(model, *args)
+
+    def training(learner, *args, **kwargs):  # while the ranks train, the driver holds no copy of the policy
+        seen["freed"] = all(p.is_meta for p in seen["model"].parameters()) and learner.policy is None
+        return rl_train(learner, *args, **kwargs)
+
+    monkeypatch.setattr(rlvr.pipeline, "make_learner", making)
+    monkeypatch.setattr(rlvr.pipeline, "rl_train", training)
     one_rank = lab(tmp_path / "rank1", start + learner_args(cluster, 1))
+    assert seen["freed"]
     assert_same_run(in_driver, one_rank)
     two = two_ranks_run
     first_a, first_b = comparable(in_driver)[0], comparable(two)[0]

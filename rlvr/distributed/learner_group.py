@@ -93,14 +93,28 @@ def _resources(resources: dict[str, float]) -> str:
     return str(keep)
 
 
+@dataclasses.dataclass(frozen=True)
+class FirstWeights:
+    """A policy as its ranks (and rollout workers) start from it: its spec and its tensors, packed
+    once into Ray's object store. Nobody needs the module after this: its owner may free it."""
+
+    spec: Any  # workers.PolicySpec
+    ref: Any  # ray.ObjectRef of pack_weights(initial_tensors(policy))
+
+    @classmethod
+    def of(cls, policy: torch.nn.Module, trust_remote_code: bool = False) -> FirstWeights:
+        return cls(policy_spec(policy, trust_remote_code), ray.put(pack_weights(initial_tensors(policy))))
+
+
 class LearnerGroup:
     """W learner ranks holding and training the policy (module doc).
 
-    `policy` is read once, here, for its config and weights; the group keeps no reference to it.
+    `policy` (a module, or its FirstWeights) is read once, here; the group keeps its FirstWeights
+    (in the object store) to start a new group from if a rank is lost, and no reference to the module.
     `device`: where `evaluation_policy` builds the gathered model (run.device by default).
     """
 
-    def __init__(self, policy: torch.nn.Module, cfg: Config, *, device: torch.device | str | None = None) -> None:
+    def __init__(self, policy: torch.nn.Module | FirstWeights, cfg: Config, *, device: torch.device | str | None = None) -> None:
         dc = cfg.distributed
         self.cfg, self.world, self.strategy = cfg, dc.learner_workers, dc.learner_strategy
         self.settings = UpdateSettings.from_config(cfg)
@@ -112,12 +126,13 @@ class LearnerGroup:
         if problem:
             raise ConfigError(f"distributed.learner_strategy = {self.strategy!r}: {problem}")
         try:
-            self._start(policy)
+            self.first = policy if isinstance(policy, FirstWeights) else FirstWeights.of(policy, cfg.model.trust_remote_code)
+            self._start()
         except BaseException:
             self.close()
             raise
 
-    def _start(self, policy: torch.nn.Module) -> None:
+    def _start(self) -> None:
         from ray.util.placement_group import placement_group, remove_placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -137,7 +152,7 @@ class LearnerGroup:
                 f"the {W} learner ranks ({_resources(bundle)} each) could not be placed within distributed.startup_timeout_s = "
                 f"{dc.startup_timeout_s:g} s: the cluster has {_resources(ray.available_resources())} free of "
                 f"{_resources(ray.cluster_resources())} (other workers hold the rest); raise the timeout or free resources")
-        self.spec, weights = policy_spec(policy, self.cfg.model.trust_remote_code), ray.put(pack_weights(initial_tensors(policy)))
+        self.spec, weights = self.first.spec, self.first.ref
         device_type = "cuda" if dc.gpus_per_learner > 0 else "cpu"
         threads = max(1, round(dc.cpus_per_learner))
         self.ranks = [
@@ -169,8 +184,9 @@ class LearnerGroup:
         if problem:
             raise ConfigError(f"distributed.learner_strategy = {dc.learner_strategy!r}: {problem}")
         self.cfg, self.strategy, self.settings = cfg, dc.learner_strategy, UpdateSettings.from_config(cfg)
-        self.spec = policy_spec(policy, cfg.model.trust_remote_code)
-        self._each("build", self.spec, ray.put(pack_weights(initial_tensors(policy))), cfg)
+        self.first = FirstWeights.of(policy, cfg.model.trust_remote_code)
+        self.spec = self.first.spec
+        self._each("build", self.spec, self.first.ref, cfg)
 
     def _get(self, refs: list) -> list:
         """The calls' results, in order. They are taken as they finish: a rank that died (its
@@ -191,15 +207,15 @@ class LearnerGroup:
             self._abandon()
             raise LearnerLost(f"a learner rank died ({_death(err)})") from err
 
-    def reform(self, policy: torch.nn.Module) -> None:
+    def reform(self) -> None:
         """A new group in place of one that lost a rank: new processes, placed anew (a lost node's
-        ranks go to the nodes left, or the shortfall is named), each holding its part of `policy`
-        (the run's first weights) with a fresh optimizer and scheduler, as the group first began.
-        The caller loads the last checkpoint into it."""
+        ranks go to the nodes left, or the shortfall is named), each holding its part of the first
+        weights with a fresh optimizer and scheduler, as the group first began. The caller loads
+        the last checkpoint into it."""
         self._abandon()
         self.restarts += 1
         try:
-            self._start(policy)
+            self._start()
         except BaseException:
             self.close()
             raise

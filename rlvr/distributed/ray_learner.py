@@ -44,11 +44,11 @@ from rlvr.config import Config, ConfigError, DistributedConfig
 from rlvr.data import Example, chat_prompts, format_prompt
 from rlvr.distributed.weight_sync import WeightSyncError, WeightSyncHost, manifest_of
 from rlvr.distributed.workers import (
-    RewardWorker, RolloutWorker, WeightsMissing, initial_tensors, merge_scores, pack_weights, policy_spec, rollouts_from_dict,
+    RewardWorker, RolloutWorker, WeightsMissing, merge_scores, pack_weights, rollouts_from_dict,
     rollouts_to_dict, trainable_weights,
 )
 from rlvr.errors import RunStopped, UsageError
-from rlvr.distributed.learner_group import DistributedError, LearnerGroup
+from rlvr.distributed.learner_group import DistributedError, FirstWeights, LearnerGroup
 from rlvr.learner import Generation, LocalLearner
 from rlvr.sharded_checkpoint import is_sharded
 from rlvr.rollout import Rollouts, concat_rollouts
@@ -142,8 +142,10 @@ class RayLearner:
     """The Learner verbs with sampling and verification on Ray workers (module doc)."""
 
     def __init__(self, policy: torch.nn.Module, tokenizer, cfg: Config) -> None:
-        self.policy, self.tokenizer, self.pad_token_id, self.cfg = policy, tokenizer, tokenizer.pad_token_id, cfg
+        self.tokenizer, self.pad_token_id, self.cfg = tokenizer, tokenizer.pad_token_id, cfg
         self.device = next(policy.parameters()).device
+        # Bytes of one weight version: the trainable parameters (the same shapes and dtypes wherever they are trained)
+        self.weight_bytes = sum(p.numel() * p.element_size() for p in policy.parameters() if p.requires_grad)
         dc = self.dc = cfg.distributed
         self.trainer: LocalLearner | LearnerGroup | None = None  # who holds the trained weights: this process, or learner ranks
         self.lookahead = dc.max_staleness if dc.mode == "async" else 0
@@ -157,7 +159,12 @@ class RayLearner:
         try:
             # Learner ranks first: they reserve their devices in one placement group, and the
             # rollout workers then take what is left.
-            self.trainer = LearnerGroup(policy, cfg) if dc.learner_workers > 0 else LocalLearner(policy, tokenizer, cfg)
+            # Version 0, what the ranks and the rollout workers start (and restart) from: the policy's
+            # config and its tensors, put into the object store once, never the module. With learner
+            # ranks this process keeps no reference to the policy (the pipeline frees its model).
+            self.first = FirstWeights.of(policy, cfg.model.trust_remote_code)
+            self.policy = None if dc.learner_workers > 0 else policy
+            self.trainer = LearnerGroup(self.first, cfg) if dc.learner_workers > 0 else LocalLearner(policy, tokenizer, cfg)
             self._start_workers()
         except BaseException:
             self.close()
@@ -172,14 +179,13 @@ class RayLearner:
         if short:
             raise DistributedError(f"the Ray cluster cannot hold {_asks(dc)}: {short}. Lower distributed.rollout_workers or the "
                                    "resources per worker, or add nodes that have them")
-        # Version 0, what a worker starts from and restarts from: the policy's config and its tensors
-        # (packed: the object store hands numpy arrays to readers without a copy), never the module.
-        self.versions = {0: ray.put(pack_weights(initial_tensors(self.policy)))}
+        # Version 0 (packed: the object store hands numpy arrays to readers without a copy)
+        self.versions = {0: self.first.ref}
         restart = {"max_restarts": dc.max_restarts, "max_task_retries": -1}
         rollout_actor = ray.remote(RolloutWorker).options(
             num_cpus=dc.cpus_per_worker, num_gpus=dc.gpus_per_worker, resources=dict(dc.resources), **restart)
         threads, device = max(1, round(dc.cpus_per_worker)), "cuda" if dc.gpus_per_worker > 0 else "cpu"
-        self.rollout_args = (policy_spec(self.policy, self.cfg.model.trust_remote_code), self.versions[0], self.tokenizer, self.cfg,
+        self.rollout_args = (self.first.spec, self.versions[0], self.tokenizer, self.cfg,
                              threads, device)
         self.rollout = [rollout_actor.remote(*self.rollout_args) for _ in range(dc.rollout_workers)]
         reward_actor = ray.remote(RewardWorker).options(num_cpus=dc.cpus_per_reward_worker, **restart)
@@ -341,11 +347,6 @@ class RayLearner:
             return self.trainer.packed_weights_ref()
         return ray.put(pack_weights(trainable_weights(self.policy)))  # the copy: the packed arrays are views of the live parameters
 
-    @property
-    def weight_bytes(self) -> int:
-        """Bytes of one weight version: the trainable parameters (the same shapes and dtypes wherever they are trained)."""
-        return sum(p.numel() * p.element_size() for p in self.policy.parameters() if p.requires_grad)
-
     # ------------------------------------------------------------------ weights by collective (weight_sync.py)
 
     def _weight_source(self):
@@ -424,19 +425,19 @@ class RayLearner:
 
     def recover(self) -> None:
         """After a learner rank died (LearnerLost): the ranks re-formed from the run's first
-        weights (this process's policy, which ranks never train), and the rollout workers back at
+        weights (FirstWeights, in the object store), and the rollout workers back at
         version 0 with no round in flight. rl_train then loads the last checkpoint, if any,
         through load_policy and load_trainer_state, which hand the workers its weights."""
         if not isinstance(self.trainer, LearnerGroup):
             raise RuntimeError("only learner ranks (distributed.learner_workers > 0) can be lost and re-formed")
-        self.trainer.reform(self.policy)
+        self.trainer.reform()
         self.metrics["distributed/learner_restarts"] += 1
         self.rounds, self.version, self.pending = 0, 0, {}  # rounds in flight were sampled for steps that will be redone
         if self.weight_sync == "collective":  # a new rank 0: a new source, which sends its (first) weights
             self._open_weight_source()
             self._broadcast_weights()
             return
-        self.versions = {0: ray.put(pack_weights(initial_tensors(self.policy)))}
+        self.versions = {0: self.first.ref}
         self._get([w.load.remote(0, [self.versions[0]]) for w in self.rollout])
 
     def evaluation_policy(self) -> contextlib.AbstractContextManager[torch.nn.Module]:
