@@ -677,8 +677,9 @@ class DistributedConfig:
     max_staleness: int = knob(1, "Async mode: how many updates old the weights that sampled a batch may be (0 = the synchronous loop).")
     startup_timeout_s: float = knob(120.0, "Seconds to wait for the workers to come up before stopping with what the cluster lacks.")
     max_restarts: int = knob(
-        3, "Times Ray restarts each worker that dies (its process killed, its node lost), redoing its unfinished calls; -1 = "
-        "always (a worker that crashes the same way every time then retries forever)."
+        3, "Times Ray restarts each worker that dies (its process killed, its node lost), redoing its unfinished calls, and "
+        "times a run re-forms its learner ranks after one died (training on from the last checkpoint); -1 = always (a "
+        "worker that crashes the same way every time then retries forever)."
     )
     learner_workers: int = knob(
         0, "Learner ranks (Ray actors forming one torch.distributed group) that hold and train the policy; 0: the learner "
@@ -725,6 +726,9 @@ class DistributedConfig:
         _require(not bad, "distributed.resources", f"amounts must be numbers >= 0, got {bad}")
         bad = {k: v for k, v in self.learner_resources.items() if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0}
         _require(not bad, "distributed.learner_resources", f"amounts must be numbers >= 0, got {bad}")
+        reserved = sorted(k for k in self.learner_resources if k in ("CPU", "GPU", "memory", "object_store_memory"))
+        _require(not reserved, "distributed.learner_resources", f"{reserved} are set by cpus_per_learner and gpus_per_learner (or by "
+                 "Ray itself); name only custom resources here")
         _require(self.learner_workers >= 0, "distributed.learner_workers", "must be >= 0 (0: the learner stays in the driver)")
         _require(self.cpus_per_learner >= 0 and self.gpus_per_learner >= 0, "distributed.cpus_per_learner",
                  "CPUs and GPUs per learner rank must be >= 0")

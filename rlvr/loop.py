@@ -227,9 +227,16 @@ def rl_train(
     there is none) exactly as a resume would: the steps after it are redone and their lines
     rewritten, so the run ends where an unharmed one does. At most distributed.max_restarts
     times (-1: always); checkpoint.every bounds the work redone."""
-    at_start, restarts, rewound = rng_state(None), 0, False
+    # Only a learner with parts on other processes can be lost (the RNG state would touch every GPU).
+    losable = cfg.distributed.backend == "ray" and cfg.distributed.learner_workers > 0
+    at_start, restarts, rewound = rng_state(None) if losable else None, 0, False
     while True:
         try:
+            if rewound:  # inside the try: a part lost again while re-forming counts as one more restart
+                learner.recover()
+                resume_from = latest_step_checkpoint(run_dir / "checkpoints")
+                if resume_from is None:  # back to the run's first step: its RNG as it was then
+                    restore_rng_state(at_start, None)
             return _train(learner, examples, cfg, reward_terms, run_dir, bar, resume_from, evaluate_policy, trackers, on_progress, rewound)
         except LearnerLost as err:
             limit = cfg.distributed.max_restarts
@@ -239,10 +246,6 @@ def rl_train(
             restarts += 1
             warnings.warn(f"{err}; re-forming the learner ({restarts} of {'unlimited' if limit < 0 else limit} restarts) and "
                           "training on from the last checkpoint", RuntimeWarning, stacklevel=2)
-            learner.recover()
-            resume_from = latest_step_checkpoint(run_dir / "checkpoints")
-            if resume_from is None:  # back to the run's first step: its RNG as it was then
-                restore_rng_state(at_start, None)
             rewound = True
 
 

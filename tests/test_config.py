@@ -606,3 +606,11 @@ def test_a_resume_with_another_number_of_learner_ranks_is_refused_with_the_reaso
     assert len(said) == 1 and said[0].startswith("distributed.learner_workers: 2 -> 4 (") and "rlvr export" in said[0]
     assert changes_breaking_resume(ranks(2), ranks(2)) == []
     assert changes_breaking_resume(ranks(0), ranks(2)) == ["distributed.learner_workers: 0 -> 2"]  # from the driver's learner: no shards to load
+
+
+def test_learner_resources_name_only_custom_resources():
+    load_config(overrides=["distributed.backend=ray", "distributed.learner_resources={learner = 1}"])
+    with pytest.raises(ConfigError, match=r"distributed.learner_resources: \['GPU'\] are set by cpus_per_learner and gpus_per_learner"):
+        load_config(overrides=["distributed.backend=ray", "distributed.learner_resources={GPU = 1}"])
+    with pytest.raises(ConfigError, match="distributed.learner_resources: amounts must be numbers >= 0"):
+        load_config(overrides=["distributed.backend=ray", "distributed.learner_resources={learner = -1}"])

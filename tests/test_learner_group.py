@@ -348,3 +348,28 @@ def test_sharded_checkpoint_resumes_the_next_update_exactly(two_ranks, tokenizer
     assert comparable(two_ranks.update(*batch, None)) == first
     with two_ranks.evaluation_policy() as policy:
         assert all(torch.equal(p, first_weights[name]) for name, p in weights_of(policy).items())
+
+
+def test_a_rank_that_dies_after_another_rank_s_error_is_reported_as_lost(two_ranks):
+    """A collective broken by a dead rank fails at once on the survivors (gloo), so a survivor's
+    error can reach the driver before Ray reports the death: the group must still say the rank was
+    lost (the run re-forms it), not that a rank failed (the run would stop). Here rank 0 raises at
+    once and rank 1 dies a second later; the group is then formed again for the other tests."""
+    from rlvr.errors import LearnerLost
+
+    def fail_or_die(rank):
+        if rank.rank == 0:
+            raise RuntimeError("Connection closed by peer")  # what gloo says when a peer is gone
+        import os
+        import time
+
+        time.sleep(1.0)
+        os._exit(1)
+
+    try:
+        with pytest.raises(LearnerLost, match="a learner rank died"):
+            two_ranks.run(fail_or_die)
+        assert two_ranks.ranks == [] and two_ranks.placement is None  # stopped at once, the reservation freed
+    finally:
+        two_ranks.reform()
+    assert two_ranks.restarts == 1 and len(two_ranks.ranks) == 2

@@ -200,12 +200,31 @@ class LearnerGroup:
                 ray.get(done)
             return ray.get(refs)
         except ray.exceptions.RayTaskError as err:  # a rank's call raised: a run-stopping error keeps its type
+            # A survivor whose collective broke because another rank died may answer before Ray
+            # reports the death (gloo fails at once): the death is what happened.
+            dead = self._a_dead_rank()
+            if dead is not None:
+                self._abandon()
+                raise LearnerLost(f"a learner rank died ({dead})") from err
             if isinstance(err.cause, (RunStopped, UsageError, WeightSyncError)):  # a broken weight broadcast: the caller retries
                 raise err.cause from None
             raise DistributedError(f"a learner rank failed: {err.cause!r}") from err
         except ray.exceptions.RayActorError as err:
             self._abandon()
             raise LearnerLost(f"a learner rank died ({_death(err)})") from err
+
+    def _a_dead_rank(self, timeout_s: float = 10.0) -> str | None:
+        """Ray's account of a rank that has died, if any has (each is asked; a death is reported within seconds)."""
+        probes = [rank.ready.remote() for rank in self.ranks]
+        ray.wait(probes, num_returns=len(probes), timeout=timeout_s)
+        for probe in probes:
+            try:
+                ray.get(probe, timeout=0.1)
+            except ray.exceptions.RayActorError as err:
+                return _death(err)
+            except Exception:  # noqa: BLE001 - alive but busy (stuck in a collective), or its own error: not dead
+                pass
+        return None
 
     def reform(self) -> None:
         """A new group in place of one that lost a rank: new processes, placed anew (a lost node's
@@ -321,10 +340,9 @@ class LearnerGroup:
     def packed_weights_ref(self, trainable_only: bool = True) -> ray.ObjectRef:
         """The same left in Ray's object store (the object-store publishing path): rank 0's result,
         never copied into the driver."""
-        refs = [rank.packed_weights.remote(trainable_only) for rank in self.ranks]
-        self._get(refs[1:])
-        ray.wait(refs[:1], fetch_local=False)
-        return refs[0]
+        status, packed = self.ranks[0].packed_weights_ref.options(num_returns=2).remote(trainable_only)
+        self._get([status] + [rank.packed_weights.remote(trainable_only) for rank in self.ranks[1:]])  # rank 0's death or error too
+        return packed
 
     def run(self, fn: Callable[..., Any], *args, **kwargs) -> list:
         """fn(rank, *args, **kwargs) on every rank (a `LearnerRank`), results in rank order."""

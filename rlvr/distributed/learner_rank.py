@@ -388,6 +388,12 @@ class LearnerRank(StartedActor):
             self.weight_group.close()
             self.weight_group = None
 
+    def packed_weights_ref(self, trainable_only: bool = True) -> tuple[int, Any]:
+        """Rank 0, called with num_returns=2: (the packed bytes, packed_weights), so the driver can
+        wait on the first, small, result and leave the second in the object store."""
+        packed = self.packed_weights(trainable_only)
+        return sum(raw.nbytes for _, _, raw in packed.values()), packed
+
     def save(self, directory: str) -> None:
         save_sharded(Path(directory), self.model, self.optimizer)
 

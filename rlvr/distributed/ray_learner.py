@@ -382,8 +382,12 @@ class RayLearner:
                 backend = "nccl" if self.device.type == "cuda" and dc.gpus_per_worker > 0 else "gloo"
                 self.weight_group = self.weight_host.source(world, manifest_of(self._weight_source()), self.weight_generation, backend,
                                                             self.device)
-        finally:
-            self._get(joining)  # a worker's refusal (ManifestMismatch) is raised as its own
+        except BaseException:
+            # The source's error (a refusal names each refusing worker; a lost learner rank is
+            # LearnerLost) is the one to raise: the workers' joins fail because of it.
+            ray.wait(joining, num_returns=len(joining), timeout=30)
+            raise
+        self._get(joining)
         self.weight_formed = True
 
     def _send_weights(self) -> int:
