@@ -78,6 +78,9 @@ class Trackers:
         ids = json.loads(ids_path.read_text()) if resuming and ids_path.is_file() else {}
         self.sinks = [_OPEN[name](run_dir, config, project, ids, resuming) for name in names]
         self.held = [(sink.held_step() if resuming else None) or 0 for sink in self.sinks]
+        # The last step whose metrics and whose table went out: a run that redoes steps after a
+        # lost learner rank (loop.rl_train) logs them once, not twice at the same step.
+        self.logged, self.tabled = 0, 0
         if names:
             atomic_write_text(ids_path, json.dumps(ids, indent=2) + "\n")
 
@@ -95,6 +98,9 @@ class Trackers:
                     sink.table(step, rows)
 
     def log(self, step: int, record: dict[str, Any]) -> None:
+        if step <= self.logged:
+            return
+        self.logged = step
         metrics = numeric(record)
         for sink, held in zip(self.sinks, self.held):
             if step > held:
@@ -106,7 +112,8 @@ class Trackers:
             sink.log(step, figures)
 
     def log_samples(self, step: int, rows: list[dict[str, Any]]) -> None:
-        if rows:
+        if rows and step > self.tabled:
+            self.tabled = step
             for sink, held in zip(self.sinks, self.held):
                 if step > held:
                     sink.table(step, rows)

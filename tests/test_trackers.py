@@ -148,3 +148,25 @@ def test_a_tracker_that_is_not_installed_is_refused_naming_its_extra(monkeypatch
         load_config(overrides=['run.trackers=["wandb"]'])
     with pytest.raises(ConfigError, match="not trackers rlvr knows"):
         load_config(overrides=['run.trackers=["neptune"]'])
+
+
+def test_steps_redone_after_a_lost_learner_rank_reach_each_tracker_once(tmp_path):
+    """rl_train redoes the steps after the last checkpoint when a learner rank is lost; a tracker
+    already has them and gets each step's metrics and table once."""
+    from rlvr.trackers import Trackers
+
+    got = []
+
+    class Sink:
+        def log(self, step, metrics):
+            got.append(("log", step))
+
+        def table(self, step, rows):
+            got.append(("table", step))
+
+    trackers = Trackers([], tmp_path, {}, "project", False)
+    trackers.sinks, trackers.held = [Sink()], [0]
+    for step in [1, 2, 3, 2, 3, 4]:  # steps 2-3 redone from step 1's checkpoint
+        trackers.log(step, {"reward/mean": 1.0})
+        trackers.log_samples(step, [{"step": step}])
+    assert got == [(kind, step) for step in [1, 2, 3, 4] for kind in ("log", "table")]
