@@ -152,7 +152,6 @@ class LearnerGroup:
                 f"the {W} learner ranks ({_resources(bundle)} each) could not be placed within distributed.startup_timeout_s = "
                 f"{dc.startup_timeout_s:g} s: the cluster has {_resources(ray.available_resources())} free of "
                 f"{_resources(ray.cluster_resources())} (other workers hold the rest); raise the timeout or free resources")
-        self.spec, weights = self.first.spec, self.first.ref
         device_type = "cuda" if dc.gpus_per_learner > 0 else "cpu"
         threads = max(1, round(dc.cpus_per_learner))
         self.ranks = [
@@ -170,7 +169,7 @@ class LearnerGroup:
         self.infos = self._get(probes)
         address = self._get([self.ranks[0].address.remote()])[0]
         self._each("join", address)
-        self._each("build", self.spec, weights)  # the weights travel once, fetched by every rank from the object store
+        self._each("build", self.first.spec, self.first.ref)  # the weights travel once, fetched by every rank from the object store
 
     def reset(self, policy: torch.nn.Module, cfg: Config) -> None:
         """Start over on the same ranks from another policy and config (strategy, LoRA, algorithm
@@ -185,8 +184,7 @@ class LearnerGroup:
             raise ConfigError(f"distributed.learner_strategy = {dc.learner_strategy!r}: {problem}")
         self.cfg, self.strategy, self.settings = cfg, dc.learner_strategy, UpdateSettings.from_config(cfg)
         self.first = FirstWeights.of(policy, cfg.model.trust_remote_code)
-        self.spec = self.first.spec
-        self._each("build", self.spec, self.first.ref, cfg)
+        self._each("build", self.first.spec, self.first.ref, cfg)
 
     def _get(self, refs: list) -> list:
         """The calls' results, in order. They are taken as they finish: a rank that died (its
@@ -306,7 +304,7 @@ class LearnerGroup:
     @contextlib.contextmanager
     def evaluation_policy(self) -> Iterator[torch.nn.Module]:
         """The whole policy gathered from the ranks, built here, for the length of the block."""
-        model = build_policy(self.spec, unpack_weights(self.packed_weights(trainable_only=False)), str(self.device))
+        model = build_policy(self.first.spec, unpack_weights(self.packed_weights(trainable_only=False)), str(self.device))
         try:
             yield model
         finally:
