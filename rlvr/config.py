@@ -294,10 +294,34 @@ class RolloutConfig:
         "with 'auto' a local run and a 1-worker Ray run draw different samples; with 'group' on both they train alike "
         "(tests/test_distributed.py)."
     )
-    engine: Literal["auto", "static", "transformers"] = knob(
+    engine: Literal["auto", "static", "transformers", "vllm", "vllm_server"] = knob(
         "auto",
-        "Decoding forward pass: 'static' drives a Llama/Mistral/Qwen2/Qwen3 model's layers with a preallocated KV "
-        "cache (faster); 'transformers' calls the model's own forward (any model); 'auto' = static where it applies.",
+        "What samples: rlvr's engine ('static' drives a Llama/Mistral/Qwen2/Qwen3 model's layers with a preallocated KV "
+        "cache, faster; 'transformers' calls the model's own forward, any model; 'auto' = static where it applies), "
+        "'vllm' (an in-process vLLM engine, sent the policy's weights after every update) or 'vllm_server' (a vLLM "
+        "server started by `rlvr serve`, at rollout.server_url). Evaluation and rejection sampling use the same engine. "
+        "docs/vllm.md.",
+    )
+    vllm_gpu_memory_utilization: float = knob(
+        0.3, "rollout.engine = 'vllm' on GPU: the share of the GPU's memory vLLM takes for its weights and KV cache (the "
+        "learner, in the same process, needs the rest)."
+    )
+    vllm_sleep: bool = knob(
+        True, "rollout.engine = 'vllm' on GPU: the engine sleeps while the learner updates (vLLM's sleep mode, level 2: its "
+        "weights and KV cache leave the GPU; the weights pushed after the update wake it)."
+    )
+    vllm_kv_cache_gib: float = knob(
+        1.0, "rollout.engine = 'vllm' on CPU: the KV cache's size in GiB (vLLM's own default sizes it from the machine's "
+        "memory). 1 GiB holds ~23,000 tokens of SmolLM2-135M; a step's rows that do not fit wait their turn."
+    )
+    vllm_args: dict[str, Any] = knob(
+        {}, "rollout.engine = 'vllm': any other argument of vllm.LLM, as vLLM names it (tensor_parallel_size, "
+        "enable_prefix_caching, max_num_seqs, ...); these win over rlvr's own choices."
+    )
+    server_url: str = knob("", "rollout.engine = 'vllm_server': the server's address, as `rlvr serve` prints it (http://host:port).")
+    server_timeout_s: float = knob(
+        600.0, "rollout.engine = 'vllm_server': the longest wait for one sampling request or weight push; past it the run "
+        "stops with a checkpoint (a dead server is reported at once)."
     )
     pack_weights: bool = knob(
         True, "On CPU in fp32, the static engine decodes with each projection's weights packed once per generate call "
@@ -307,6 +331,13 @@ class RolloutConfig:
 
     def validate(self) -> None:
         _require(self.group_size >= 2, "rollout.group_size", "must be >= 2 (group-relative advantages need a group)")
+        _require(0.0 < self.vllm_gpu_memory_utilization <= 1.0, "rollout.vllm_gpu_memory_utilization", "must be in (0, 1]")
+        _require(self.vllm_kv_cache_gib > 0.0, "rollout.vllm_kv_cache_gib", "must be > 0")
+        _require(self.server_timeout_s > 0, "rollout.server_timeout_s", "must be > 0")
+        _require(self.engine != "vllm_server" or bool(self.server_url), "rollout.server_url",
+                 "is empty: rollout.engine = 'vllm_server' samples through a server started by `rlvr serve` (docs/vllm.md)")
+        _require(not self.server_url or self.server_url.startswith(("http://", "https://")), "rollout.server_url",
+                 f"{self.server_url!r} is not an http:// or https:// address")
         _require(self.prompts_per_step > 0, "rollout.prompts_per_step", "must be > 0")
         self.sampling()
 
@@ -663,6 +694,10 @@ class DistributedConfig:
     )
     address: str = knob("", "Ray cluster to join: empty starts a Ray instance on this machine; 'auto' or 'host:port' joins one.")
     rollout_workers: int = knob(2, "Rollout workers (Ray actors), each holding a copy of the policy and sampling a slice of every round.")
+    rollout_engine: Literal["", "auto", "static", "transformers", "vllm", "vllm_server"] = knob(
+        "", "What each rollout worker samples with (empty: rollout.engine): 'vllm' gives every worker an in-process vLLM "
+        "engine of its own, sent each weight version the worker receives."
+    )
     reward_workers: int = knob(1, "Reward workers (Ray actors) that verify completions as each rollout worker's slice arrives.")
     cpus_per_worker: float = knob(1.0, "CPUs Ray reserves for each rollout worker; its torch threads are this, rounded, at least 1.")
     gpus_per_worker: float = knob(0.0, "GPUs Ray reserves for each rollout worker (> 0: the worker samples on cuda).")
@@ -786,6 +821,12 @@ class Config:
         )
         if for_training and self.distributed.backend == "local":
             _check_ray_only_settings(self.distributed)
+        engines = {self.rollout.engine, self.distributed.rollout_engine if self.distributed.backend == "ray" else ""}
+        _require(
+            self.thinking.budget < 0 or not engines & {"vllm", "vllm_server"}, "thinking.budget",
+            f"= {self.thinking.budget} cannot be enforced by a vLLM engine (rollout.engine = {self.rollout.engine!r}): vLLM's "
+            "thinking_token_budget needs a reasoning parser and does not write thinking.forced; evaluate with rollout.engine = 'auto'",
+        )
         _require(
             not (self.sft.save_model and self.sft.steps == 0), "sft.save_model", "is true but sft.steps = 0: there is no SFT model to save"
         )

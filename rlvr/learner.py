@@ -31,7 +31,7 @@ from rlvr.config import Config
 from rlvr.data import Example, chat_prompts, format_prompt
 from rlvr.models import reference_for
 from rlvr.optim import new_adamw
-from rlvr.rollout import Rollouts, Sampler
+from rlvr.rollout import Rollouts, make_sampler
 from rlvr.sharded_checkpoint import is_sharded, load_sharded
 from rlvr.update import UpdateSettings, rl_update, sequence_kl_to_reference
 
@@ -156,11 +156,23 @@ class LocalLearner:
         self.seed, self.rounds = cfg.run.seed, 0  # rounds: generate calls so far (rollout.seeding = "group" seeds by it)
         self.lookahead = 0
         self.optimizer_loaded = False  # by load_policy, from a checkpoint that learner ranks wrote
-        self.sampler = Sampler(policy, tokenizer, cfg.rollout.sampling(), cfg.rollout.engine)
+        self._sampler, self._sampling, self._engine = None, cfg.rollout.sampling(), cfg.rollout.engine
         self.gradient_checkpointing = cfg.model.gradient_checkpointing
         if self.gradient_checkpointing:
             policy.gradient_checkpointing_enable()
         policy.train()
+
+    @property
+    def sampler(self):
+        """Built on first use: a learner whose rounds Ray rollout workers sample never builds one (a
+        vLLM engine would hold a copy of the weights for nothing)."""
+        if self._sampler is None:
+            self._sampler = make_sampler(self.policy, self.tokenizer, self._sampling, self._engine)
+        return self._sampler
+
+    def _weights_changed(self) -> None:
+        if self._sampler is not None:
+            self._sampler.weights_changed()
 
     def generate(self, examples: list[Example], upcoming: list[list[Example]] = ()) -> Generation:
         fault_point("generate")
@@ -181,8 +193,11 @@ class LocalLearner:
         )
 
     def update(self, rollouts: Rollouts, advantages_B: torch.Tensor, include_B: torch.Tensor) -> dict[str, float]:
-        return rl_update(self.policy, self.optimizer, self.scheduler, rollouts, advantages_B, self.settings,
-                         reference=self.reference, include_B=include_B)
+        try:
+            return rl_update(self.policy, self.optimizer, self.scheduler, rollouts, advantages_B, self.settings,
+                             reference=self.reference, include_B=include_B)
+        finally:  # even a failed update may have stepped: a vLLM engine's copy is refreshed before it samples again
+            self._weights_changed()
 
     def save_policy(self, directory: Path) -> None:
         save_weights(directory, self.policy)
@@ -196,6 +211,7 @@ class LocalLearner:
             self.optimizer_loaded = True
         else:
             load_weights(directory, self.policy)
+        self._weights_changed()
 
     def trainer_state(self) -> dict[str, Any]:
         return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(), "rng": rng_state(self.generator),

@@ -65,6 +65,7 @@ from rlvr.runtime import (
     RESUMABLE_CHANGES,
     apply_run_settings,
     changes_breaking_resume,
+    check_engine,
     check_routes,
     data_fingerprint,
     draw_report,
@@ -105,6 +106,7 @@ def prepare_run_dir(cfg: Config, command: str, resume: bool) -> tuple[Path, bool
 def run(cfg: Config, reporter: Reporter, command: str = "train", resume: bool = False) -> dict:
     """The whole recipe; with `resume` (or checkpoint.auto_resume) it continues the run in
     run.output_dir from its newest complete checkpoint, with the result of an uninterrupted run."""
+    check_engine(cfg)  # a vLLM engine that cannot work here, before any model loads
     reward_terms = build_reward_terms(cfg.reward)  # import errors and a missing sandbox surface here, before any work
     try:
         return _run(cfg, reporter, command, resume, reward_terms)

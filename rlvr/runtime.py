@@ -37,6 +37,9 @@ from rlvr.models import build_char_tokenizer, build_tiny_model, load_model, load
 from rlvr.report import write_report
 from rlvr.reward import route_of
 from rlvr.rollout.engines import set_weight_packing
+from rlvr.rollout.samplers import set_vllm_options
+from rlvr.rollout.vllm_sampler import VLLMSettings, vllm_unavailable
+from rlvr.rollout.vllm_server import ServerError, server_info
 from rlvr.sources import resolve_model
 from rlvr.tasks import task_for
 
@@ -53,8 +56,24 @@ def apply_run_settings(cfg: Config, threads: int | None = None) -> None:
     set_logits_budget(cfg.run.logits_budget_mib)
     set_prompt_sharing(cfg.run.share_prompts)
     set_weight_packing(cfg.rollout.pack_weights)
+    set_vllm_options(VLLMSettings.from_config(cfg.rollout), cfg.rollout.server_url, cfg.rollout.server_timeout_s)
     retain_freed_memory(cfg.run.retain_freed_memory)
     configure_cpu_math()
+
+
+def check_engine(cfg: Config) -> None:
+    """A vLLM engine that cannot work here is a ConfigError naming the setting, before any model
+    loads: vLLM missing, failing to import or too old; no server answering at rollout.server_url.
+    (Ray rollout workers check their own engine where they run.)"""
+    if cfg.rollout.engine == "vllm":
+        why = vllm_unavailable()
+        if why is not None:
+            raise ConfigError(f"rollout.engine = 'vllm': {why}")
+    elif cfg.rollout.engine == "vllm_server":
+        try:
+            server_info(cfg.rollout.server_url, timeout_s=10.0)
+        except ServerError as err:
+            raise ConfigError(f"rollout.server_url = {cfg.rollout.server_url!r}: {err}") from None
 
 
 def configure_cpu_math() -> None:

@@ -24,7 +24,7 @@ from rlvr.files import atomic_write_text
 from rlvr.metrics import Reporter, plot_pass_at_k, plot_thinking_budget
 from rlvr.models import resolve_device
 from rlvr.reward import answer_check, build_reward_terms, close_reward_terms, correctness_name, correctness_term, other_terms
-from rlvr.runtime import apply_run_settings, evaluation_options, forward_precision, new_run_dir
+from rlvr.runtime import apply_run_settings, check_engine, evaluation_options, forward_precision, new_run_dir
 from rlvr.sources import ModelSource, resolve_model
 from rlvr.stages.evaluate import EvalResult, evaluate, num_batches, percent, write_eval
 from rlvr.tasks import load_splits, task_for
@@ -91,6 +91,7 @@ def run_eval(spec: str, overrides: list[str], reporter: Reporter, *, config_path
         reporter.print("[yellow]note:[/] eval.samples = 0: comparing greedy accuracy only (pass@k needs --samples N)")
     problems, where = held_out_problems(cfg, data)
     out_dir = new_run_dir("eval", out)
+    check_engine(cfg)
     terms = build_reward_terms(cfg.reward)
     try:
         results = {}
@@ -143,6 +144,7 @@ def evaluate_into(source: ModelSource, cfg: Config, data: str | None, out_dir: P
     """Evaluate one model under cfg (on `data`, else the config's held-out split) into out_dir:
     eval_model*.jsonl and summary.json; returns the evaluation's summary."""
     problems, where = held_out_problems(cfg, data)
+    check_engine(cfg)
     terms = build_reward_terms(cfg.reward)
     try:
         result = evaluate_source(source, cfg, problems, terms, reporter, "model")
@@ -166,6 +168,7 @@ def run_budgets(spec: str, overrides: list[str], reporter: Reporter, budgets: li
     cfg = eval_config(source, config_path, overrides)
     problems, where = held_out_problems(cfg, data)
     out_dir = new_run_dir("eval-budget", out)
+    check_engine(cfg)
     terms = build_reward_terms(cfg.reward)
     try:
         results = evaluate_source(source, cfg, problems, terms, reporter, "model", budgets=[-1, *sorted(set(budgets))])

@@ -38,7 +38,7 @@ from rlvr.metrics import Reporter
 from rlvr.models import resolve_device, save_pretrained
 from rlvr.pipeline import run as run_pipeline
 from rlvr.reward import build_reward_terms, close_reward_terms, correctness_term, other_terms
-from rlvr.runtime import apply_run_settings, data_fingerprint, forward_precision, new_run_dir
+from rlvr.runtime import apply_run_settings, check_engine, data_fingerprint, forward_precision, new_run_dir
 from rlvr.sources import ModelSource, resolve_model
 from rlvr.stages.evaluate import EvalResult, key_figures, percent, write_eval
 from rlvr.stages.rejection import as_data_row, choose_prompts, rejection_sample
@@ -102,6 +102,7 @@ def sft_on_traces(kind: str, source: ModelSource, cfg: Config, out_dir: Path, mo
     source (and for rft the model RL started from) are evaluated beside it. Resumable in out_dir."""
     sft_cfg = _sft_config(cfg, out_dir, model_settings)  # a bad SFT setting stops here, before any sampling
     train, held_out = load_splits(cfg)
+    check_engine(cfg)
     terms = build_reward_terms(cfg.reward)
     try:
         report = _traces(source, cfg, train, held_out, out_dir, terms, reporter)

@@ -30,7 +30,7 @@ from rlvr.distributed.weight_sync import WeightSyncError, WeightSyncGroup
 from rlvr.errors import UsageError
 from rlvr.learner import group_generators
 from rlvr.reward import Scores, build_reward_terms, close_reward_terms, score_completions
-from rlvr.rollout import Rollouts, Sampler, completion_id_lists
+from rlvr.rollout import Rollouts, completion_id_lists, make_sampler
 from rlvr.runtime import apply_run_settings, forward_precision
 
 
@@ -193,7 +193,7 @@ class RolloutWorker(StartedActor):
             apply_run_settings(cfg, threads)  # process-wide settings, as the driver sets them for itself
             self.model, self.tokenizer, self.cfg = build_policy(spec, unpack_weights(weights), device), tokenizer, cfg
             self.version: int | None = 0  # the initial model is version 0; None while a load is under way
-            self.sampler = Sampler(self.model, tokenizer, cfg.rollout.sampling(), cfg.rollout.engine)
+            self.sampler = make_sampler(self.model, tokenizer, cfg.rollout.sampling(), cfg.distributed.rollout_engine or cfg.rollout.engine)
             self.generator = torch.Generator(device=device)  # unused under group seeding; generate() wants one
         except Exception as err:  # noqa: BLE001 - re-raised by ready()
             self.init_error = err
@@ -211,6 +211,7 @@ class RolloutWorker(StartedActor):
         t0 = time.perf_counter()
         self.version = None  # a load that fails half-way leaves weights of no version
         load_weights(self.model, unpack_weights(ray.get(weights[0])))
+        self.sampler.weights_changed()
         self.version = version
         return time.perf_counter() - t0
 
@@ -241,6 +242,8 @@ class RolloutWorker(StartedActor):
         except WeightSyncError:
             self.weight_group = None  # closed by the failure: the driver forms a new one
             raise
+        finally:  # whatever arrived is in the model now: an engine holding a copy refreshes it before sampling
+            self.sampler.weights_changed()
         self.version = version
         return time.perf_counter() - t0
 

@@ -6,8 +6,11 @@ thinking budget into this tokenizer's tokens once, encodes each batch of prompts
 runs `generate` on the chosen engine and decodes the completions. What comes back, `Completions`,
 is what every caller scores (reward terms take its prompts, texts, lengths and completion ids).
 
-Another engine (vLLM, issue 36) or multi-turn rollouts with tools (issue 37) is another class with
-this `sample` verb returning `Completions`; no caller changes.
+`rollout.samplers.make_sampler` picks the class by engine: this one for rlvr's engines ('auto',
+'static', 'transformers'), `VLLMSampler` (rollout/vllm_sampler.py) for an in-process vLLM engine,
+`ServerSampler` (rollout/vllm_server.py) for a vLLM server. Each has the `sample` verb returning
+`Completions` and `weights_changed`, which the learner calls after it changed the policy's weights
+(a vLLM engine holds a copy of them; rlvr's engine reads the policy itself).
 """
 
 from __future__ import annotations
@@ -65,6 +68,9 @@ class Sampler:
             except ValueError as err:
                 raise InvalidSampling("budget", f"{budget.forced!r} with this tokenizer: {err}") from None
 
+    def weights_changed(self) -> None:
+        """Nothing to do: rlvr's engine decodes with the policy's own weights."""
+
     def sample(self, prompts: list[str], group_size: int = 1, generator: torch.Generator | None = None,
                generators: list[torch.Generator] | None = None) -> Completions:
         """`group_size` completions of each prompt, drawn from `generator`, or each prompt's from its
@@ -86,3 +92,4 @@ class Sampler:
         open_B = torch.tensor([opens_thinking(p, budget.open, budget.close) for p in prompts for _ in range(group_size)],
                               dtype=torch.bool, device=device)
         return ThinkingBudget(open_ids, close_ids, forced_ids, torch.full((len(open_B),), budget.tokens, device=device), open_B)
+

@@ -40,7 +40,7 @@ from rlvr.files import atomic_write_text
 from rlvr.data import Example, format_prompt
 from rlvr.metrics import PhaseBar
 from rlvr.reward import RewardTerm
-from rlvr.rollout import Sampler
+from rlvr.rollout import make_sampler
 from rlvr.rollout.sampler import opens_thinking
 from rlvr.sampling import InvalidSampling, Sampling
 from rlvr.stages.estimators import bootstrap_intervals, maj_at_k, pass_at_k
@@ -148,7 +148,7 @@ class _Evaluation:
         self.prompts = [format_prompt(tokenizer, e, data_cfg) for e in examples]
         self.order = sorted(range(len(examples)), key=lambda i: len(self.prompts[i]))  # similar lengths decode together
         try:  # before any decoding: a thinking budget's tags as this tokenizer spells them
-            self.greedy, self.sampler = Sampler(model, tokenizer, sampling.as_greedy(), engine), Sampler(model, tokenizer, sampling, engine)
+            self.greedy, self.sampler = make_sampler(model, tokenizer, sampling.as_greedy(), engine), make_sampler(model, tokenizer, sampling, engine)
         except InvalidSampling as err:
             raise ConfigError(f"thinking.forced: {err.why}") from None
         self.opens = [thinking is not None and opens_thinking(p, thinking.open, thinking.close) for p in self.prompts]
