@@ -318,6 +318,11 @@ class RolloutConfig:
         {}, "rollout.engine = 'vllm': any other argument of vllm.LLM, as vLLM names it (tensor_parallel_size, "
         "enable_prefix_caching, max_num_seqs, ...); these win over rlvr's own choices."
     )
+    vllm_lora: Literal["adapter", "merged"] = knob(
+        "adapter", "rollout.engine = 'vllm' with a LoRA policy: 'adapter' sends the frozen base weights once and then only the "
+        "adapters, as a vLLM LoRA adapter per update; 'merged' sends the whole model with the adapters merged in (for adapters "
+        "vLLM's LoRA cannot apply: DoRA, modules_to_save)."
+    )
     server_url: str = knob("", "rollout.engine = 'vllm_server': the server's address, as `rlvr serve` prints it (http://host:port).")
     server_timeout_s: float = knob(
         600.0, "rollout.engine = 'vllm_server': the longest wait for one sampling request or weight push; past it the run "

@@ -152,27 +152,38 @@ def test_seeds_as_with_rlvrs_engine(tiny):
     assert a.texts == b.texts and a.texts != c.texts
 
 
-def test_a_lora_policy_samples_with_its_adapters(tiny):
+@pytest.mark.parametrize("mode", ["adapter", "merged"])
+def test_a_lora_policy_samples_with_its_adapters_after_every_update(mode):
+    """rollout.vllm_lora: as a vLLM LoRA adapter per update (the base sent once), or merged; either
+    way the engine's greedy completions are the peft policy's, before and after its adapters change,
+    and the policy's base weights are left as they were."""
     from rlvr.config import load_config
     from rlvr.models import add_lora
+    from rlvr.rollout import Sampler
+    from rlvr.rollout.vllm_sampler import VLLMSampler, VLLMSettings
     from rlvr.runtime import tiny_lab_model
     from rlvr.sampling import Sampling
 
     cfg = load_config(overrides=["model.lora_rank=4", "model.lora_targets=['q_proj','v_proj','down_proj']", "run.seed=3"])
     base, tokenizer = tiny_lab_model(cfg)
+    off = Sampler(base, tokenizer, Sampling(max_new_tokens=16, greedy=True)).sample(PROMPTS)
     policy = add_lora(base, cfg.model)
-    before = {n: p.detach().clone() for n, p in policy.named_parameters() if "lora_" not in n}
-    with torch.no_grad():
-        for name, p in policy.named_parameters():
-            if "lora_B" in name:
-                p.normal_(0.0, 0.3, generator=torch.Generator().manual_seed(hash(name) % 1000))
-    vllm, rlvr = _samplers(policy, tokenizer, Sampling(max_new_tokens=16, greedy=True))
-    off = _samplers(tiny_lab_model(cfg)[0], tokenizer, Sampling(max_new_tokens=16, greedy=True))[1].sample(PROMPTS)
-    got, want = vllm.sample(PROMPTS), rlvr.sample(PROMPTS)
-    assert got.completion_ids() == want.completion_ids()
-    assert got.texts != off.texts  # the adapters matter here
-    after = {n: p for n, p in policy.named_parameters() if "lora_" not in n}
-    assert all(torch.equal(before[n], after[n]) for n in before)  # merged out of place: the base weights untouched
+    frozen = {n: p.detach().clone() for n, p in policy.named_parameters() if "lora_" not in n}
+    greedy = Sampling(max_new_tokens=16, greedy=True)
+    vllm, rlvr = VLLMSampler(policy, tokenizer, greedy, VLLMSettings(lora=mode)), Sampler(policy, tokenizer, greedy)
+    seen = []
+    for version in range(2):
+        with torch.no_grad():
+            for name, p in policy.named_parameters():
+                if "lora_B" in name:
+                    p.normal_(0.0, 0.3, generator=torch.Generator().manual_seed(version * 1000 + len(name)))
+        vllm.weights_changed()
+        got, want = vllm.sample(PROMPTS), rlvr.sample(PROMPTS)
+        assert got.completion_ids() == want.completion_ids(), f"{mode}, version {version}"
+        seen.append(got.texts)
+    assert seen[0] != seen[1] and off.texts not in seen  # the adapters matter, and each version's do
+    assert vllm.engine.lora_rank == (4 if mode == "adapter" else 0)
+    assert all(torch.equal(frozen[n], p) for n, p in policy.named_parameters() if "lora_" not in n)
 
 
 def test_building_an_engine_leaves_the_runs_random_streams_alone(tiny):

@@ -92,6 +92,7 @@ def test_the_sampler_refuses_a_budget_itself():
     (["rollout.vllm_kv_cache_gib=0"], "rollout.vllm_kv_cache_gib"),
     (["rollout.server_timeout_s=0"], "rollout.server_timeout_s"),
     (["distributed.rollout_engine=sglang"], "distributed.rollout_engine"),
+    (["rollout.vllm_lora=lora"], "rollout.vllm_lora"),
 ])
 def test_bad_vllm_settings_name_their_field(overrides, field):
     with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
@@ -154,3 +155,18 @@ def test_a_lora_policys_weights_go_out_merged_under_checkpoint_names():
     assert torch.allclose(sent[q], plain[q] + layer.get_delta_weight("default"))
     assert not torch.equal(sent[q], plain[q])
     assert all(torch.equal(sent[n], plain[n]) for n in sent if n != q)
+
+
+def test_adapters_vllms_lora_cannot_apply_are_refused_with_the_way_around():
+    from peft import LoraConfig, get_peft_model
+
+    from rlvr.rollout.vllm_sampler import adapter_rank
+    from rlvr.runtime import tiny_lab_model
+
+    cfg = load_config(overrides=["model.tiny.num_layers=1"])
+    assert adapter_rank(tiny_lab_model(cfg)[0]) == 0
+    plain = get_peft_model(tiny_lab_model(cfg)[0], LoraConfig(r=6, target_modules=["q_proj"]))
+    assert adapter_rank(plain) == 6
+    dora = get_peft_model(tiny_lab_model(cfg)[0], LoraConfig(r=4, target_modules=["q_proj"], use_dora=True))
+    with pytest.raises(ConfigError, match=r"DoRA.*rollout\.vllm_lora = 'merged'"):
+        adapter_rank(dora)

@@ -37,6 +37,7 @@ import gc
 import importlib.util
 import os
 import random
+import shutil
 import tempfile
 import time
 import weakref
@@ -87,10 +88,12 @@ class VLLMSettings:
     sleep: bool = True  # on GPU: free the engine's memory while the learner updates
     kv_cache_gib: float = 1.0  # on CPU: the KV cache's size
     args: dict[str, Any] = field(default_factory=dict)  # any other vllm.LLM argument, as given
+    lora: str = "adapter"  # a LoRA policy's adapters as vLLM LoRA adapters, or merged into the weights
 
     @classmethod
     def from_config(cls, rollout: Any) -> "VLLMSettings":
-        return cls(rollout.vllm_gpu_memory_utilization, rollout.vllm_sleep, rollout.vllm_kv_cache_gib, dict(rollout.vllm_args))
+        return cls(rollout.vllm_gpu_memory_utilization, rollout.vllm_sleep, rollout.vllm_kv_cache_gib, dict(rollout.vllm_args),
+                   rollout.vllm_lora)
 
 
 def refuse_unsupported(sampling: Sampling, where: str = "rollout") -> None:
@@ -185,10 +188,11 @@ def rollouts_from(requests: list[Request], samples: list[list[Sample]], pad_id: 
     return Rollouts(prompt_ids, prompt_mask, ids, mask, truncated, entropy_estimate, logp * mask, None)
 
 
-def checkpoint_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+def checkpoint_weights(model: torch.nn.Module, merge: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
     """The policy's weights under the names its checkpoint would have, which is what vLLM's loader
     reads. A LoRA policy's adapted layers come merged (W + the adapters' delta, computed out of place:
-    merging and unmerging in place would leave the base weights rounded off by the round trip)."""
+    merging and unmerging in place would leave the base weights rounded off by the round trip), or,
+    with `merge=False`, as the frozen base weights alone (the adapters then travel as an adapter)."""
     base = base_model(model)
     lora_layers = {name: m for name, m in base.named_modules() if hasattr(m, "base_layer") and hasattr(m, "get_delta_weight")}
     with torch.no_grad():
@@ -199,7 +203,8 @@ def checkpoint_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tens
             if owner.endswith(".base_layer"):
                 owner = owner[: -len(".base_layer")]
                 layer = lora_layers.get(owner)
-                if layer is not None and leaf == "weight" and not getattr(layer, "merged", False) and not getattr(layer, "disable_adapters", False):
+                if merge and layer is not None and leaf == "weight" and not getattr(layer, "merged", False) \
+                        and not getattr(layer, "disable_adapters", False):
                     for adapter in layer.active_adapters:
                         if adapter in getattr(layer, "lora_A", {}):
                             tensor = tensor + layer.get_delta_weight(adapter).to(tensor.dtype)
@@ -237,6 +242,22 @@ def model_files(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, dire
     return directory
 
 
+def adapter_rank(model: torch.nn.Module) -> int:
+    """The LoRA rank a policy's adapters need from vLLM (0: not a LoRA policy); what vLLM's LoRA
+    cannot apply is refused by name (rollout.vllm_lora = 'merged' sends those merged instead)."""
+    configs = getattr(model, "peft_config", None)
+    if not configs:
+        return 0
+    for name, config in configs.items():
+        unsupported = [what for what, on in (("DoRA (use_dora)", getattr(config, "use_dora", False)),
+                                             ("modules_to_save", bool(getattr(config, "modules_to_save", None))))
+                       if on]
+        if unsupported:
+            raise ConfigError(f"rollout.vllm_lora = 'adapter': the policy's adapter {name!r} uses {', '.join(unsupported)}, "
+                              "which vLLM's LoRA does not apply; set rollout.vllm_lora = 'merged'")
+    return max(int(config.r) for config in configs.values())
+
+
 # ---------------------------------------------------------------------------------------------
 # The in-process engine.
 
@@ -264,6 +285,10 @@ class ColocatedEngine:
             "seed": 0,
             "runner": "generate",
         }
+        self.lora_rank = adapter_rank(model) if settings.lora == "adapter" else 0
+        if self.lora_rank:
+            args.update(enable_lora=True, max_lora_rank=next(r for r in (8, 16, 32, 64, 128, 256, 320, 512, self.lora_rank)
+                                                              if r >= self.lora_rank), max_loras=1)
         if self.on_gpu:
             args.update(gpu_memory_utilization=settings.gpu_memory_utilization, enable_sleep_mode=settings.sleep)
         else:  # vLLM's CPU default sizes the cache from the machine's memory: seconds of page faults for a lab's few rows
@@ -277,6 +302,8 @@ class ColocatedEngine:
         self.asleep = False
         self.signature = ""
         self.pushes, self.push_s = 0, 0.0
+        self.adapter: Any = None  # the vllm LoRARequest of the adapters last pushed
+        self.adapters = 0
 
     def needs(self, model: torch.nn.Module) -> bool:
         """Whether `model`'s weights must be pushed before the engine samples for it."""
@@ -304,7 +331,12 @@ class ColocatedEngine:
         t0 = time.perf_counter()
         if self.asleep:
             self.llm.wake_up(tags=["weights"])
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(checkpoint_weights(model))})
+        if not self.lora_rank:
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(checkpoint_weights(model))})
+        else:  # the frozen base once per policy, then only the adapters that train
+            if self.holder is None or self.holder() is not model:
+                self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(checkpoint_weights(model, merge=False))})
+            self._load_adapter(model)
         self.llm.reset_prefix_cache()  # keys and values cached under the old weights are not the new weights'
         if self.asleep:
             self.llm.wake_up(tags=["kv_cache"])
@@ -314,11 +346,25 @@ class ColocatedEngine:
         self.pushes, self.push_s = self.pushes + 1, self.push_s + elapsed
         return elapsed
 
+    def _load_adapter(self, model: torch.nn.Module) -> None:
+        """The policy's adapters as a new vLLM LoRA adapter (a new id per version: vLLM caches adapters
+        by id), the previous one dropped."""
+        from vllm.lora.request import LoRARequest
+
+        self.adapters += 1
+        directory = os.path.join(self.files.name, f"adapter-{self.adapters}")
+        model.save_pretrained(directory)  # peft writes the adapters and their config only
+        old, self.adapter = self.adapter, LoRARequest(f"rlvr-{self.adapters}", self.adapters, directory)
+        if old is not None:
+            self.llm.llm_engine.remove_lora(old.lora_int_id)
+            shutil.rmtree(old.lora_path, ignore_errors=True)
+
     def generate(self, requests: list[Request], sampling: Sampling, eos_id: int) -> list[list[Sample]]:
         from vllm import SamplingParams
 
         params = [SamplingParams(**sampling_params(sampling, eos_id, r.seed, r.n)) for r in requests]
-        outputs = self.llm.generate([{"prompt_token_ids": r.prompt_ids} for r in requests], params, use_tqdm=False)
+        outputs = self.llm.generate([{"prompt_token_ids": r.prompt_ids} for r in requests], params, use_tqdm=False,
+                                    lora_request=self.adapter)
         return [[Sample(list(c.token_ids), [_chosen_logprob(step, tok) for step, tok in zip(c.logprobs or [], c.token_ids)],
                         c.finish_reason == "length") for c in out.outputs] for out in outputs]
 
@@ -345,7 +391,9 @@ def engine_signature(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
     their weights differ, and those are pushed)."""
     config = base_model(model).config.to_json_string(use_diff=False)
     device = str(next(model.parameters()).device)
-    return "\n".join([config, type(base_model(model)).__name__, str(len(tokenizer)), str(tokenizer.eos_token_id), device, repr(settings)])
+    lora = adapter_rank(model) if settings.lora == "adapter" else 0
+    return "\n".join([config, type(base_model(model)).__name__, str(len(tokenizer)), str(tokenizer.eos_token_id), device, repr(settings),
+                      f"lora rank {lora}"])
 
 
 def colocated_engine(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, settings: VLLMSettings) -> ColocatedEngine:
