@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 import typer
+from rich.markup import escape as markup_escape
 from rich.table import Table
 
 from rlvr.config import Config, field_help, load_config, to_toml
@@ -56,10 +57,10 @@ def exit_codes() -> Iterator[None]:
     try:
         yield
     except UsageError as err:
-        console.print(f"[red]error:[/] {err}")
+        console.print(f"[red]error:[/] {markup_escape(str(err))}")
         raise typer.Exit(EXIT_USAGE) from None
     except RunStopped as err:
-        console.print(f"[red]stopped:[/] {err}")
+        console.print(f"[red]stopped:[/] {markup_escape(str(err))}")
         raise typer.Exit(EXIT_RUN_STOPPED) from None
 
 
@@ -71,7 +72,7 @@ def _load(config: Optional[str], overrides: Optional[list[str]]) -> Config:
         task_for(cfg)  # data.source's own rules: the tasks read the config, so Config.validate cannot check them
         return cfg
     except UsageError as err:
-        console.print(f"[red]config error:[/] {err}")
+        console.print(f"[red]config error:[/] {markup_escape(str(err))}")
         raise typer.Exit(EXIT_USAGE) from None
 
 
@@ -168,9 +169,11 @@ def _dry_run(cfg: Config) -> None:
     from rlvr.models import check_model_loads
     from rlvr.tasks import load_splits
     from rlvr.reward import build_reward_terms, close_reward_terms
+    from rlvr.runtime import check_engine
 
     skipped: list = []
     with exit_codes():
+        check_engine(cfg)  # vLLM importable, or its server answering
         close_reward_terms(build_reward_terms(cfg.reward))  # imports, signatures, the sandbox
         train_set, held_out = load_splits(cfg, skipped)
         model = f"; model {cfg.model.path} ({check_model_loads(cfg.model.path, cfg.model.trust_remote_code)})" if cfg.model.path else ""
@@ -202,7 +205,7 @@ def export(
     try:
         source = export_checkpoint(Path(run_dir), Path(out_dir), step)
     except (UsageError, RunStopped) as err:  # whatever went wrong, it is about the run directory given
-        console.print(f"[red]error:[/] {err}")
+        console.print(f"[red]error:[/] {markup_escape(str(err))}")
         raise typer.Exit(EXIT_USAGE) from None
     console.print(f"[green]exported[/] {source} -> {out_dir}")
 

@@ -20,7 +20,7 @@ INTEGRATION_FILES = {
     "test_distributed.py", "test_end_to_end.py", "test_evaluate.py", "test_golden.py", "test_gym.py", "test_import_gguf.py",
     "test_labs.py", "test_learner_group.py", "test_loop.py", "test_lora.py", "test_preset_runs.py", "test_recipe.py", "test_report.py",
     "test_resume.py", "test_rft.py", "test_sharded_checkpoint.py", "test_thinking.py", "test_trackers.py", "test_verify_pool.py",
-    "test_test_groups.py", "test_weight_sync.py",
+    "test_test_groups.py", "test_weight_sync.py", "test_vllm.py", "test_vllm_server.py",
 }
 
 # Fixtures that build something several tests read (a trained run, a Ray cluster). Under

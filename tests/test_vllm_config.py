@@ -170,3 +170,16 @@ def test_adapters_vllms_lora_cannot_apply_are_refused_with_the_way_around():
     dora = get_peft_model(tiny_lab_model(cfg)[0], LoraConfig(r=4, target_modules=["q_proj"], use_dora=True))
     with pytest.raises(ConfigError, match=r"DoRA.*rollout\.vllm_lora = 'merged'"):
         adapter_rank(dora)
+
+
+def test_the_cli_prints_the_message_as_written(no_vllm, capsys):
+    """Error messages are text, not rich markup: "rlvr[vllm]" (or any "[word]" a message quotes)
+    reaches the user whole, and the exit status is a usage error's."""
+    import typer
+
+    from rlvr import cli
+
+    with pytest.raises(typer.Exit) as done:
+        cli.train(config="/dev/null", overrides=["rollout.engine=vllm"], dry_run=True, resume=None, quiet=True)
+    assert done.value.exit_code == 2
+    assert "pip install 'rlvr[vllm]'" in capsys.readouterr().err.replace("\n", "")

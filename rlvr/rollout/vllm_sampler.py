@@ -217,6 +217,7 @@ def global_rng_kept() -> Iterator[None]:
     """vLLM seeds the process's global generators when it builds an engine; the run's own random
     streams (data order, dropout) must not notice."""
     torch_state, python_state = torch.get_rng_state(), random.getstate()
+    cuda_states = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
     try:
         import numpy
         numpy_state = numpy.random.get_state()
@@ -227,6 +228,8 @@ def global_rng_kept() -> Iterator[None]:
     finally:
         torch.set_rng_state(torch_state)
         random.setstate(python_state)
+        if cuda_states is not None:
+            torch.cuda.set_rng_state_all(cuda_states)
         if numpy is not None:
             numpy.random.set_state(numpy_state)
 
