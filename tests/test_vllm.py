@@ -133,6 +133,20 @@ def test_rows_end_as_with_rlvrs_engine(tiny):
         assert len(ids) == n and (cut or ids[-1] == eos or tokenizer.decode(ids).endswith(stop))
 
 
+def test_a_round_longer_than_one_prefill_step_samples(tiny):
+    """20 prompts x 8 samples x 30 tokens is more than one scheduler step prefills (4,096 tokens):
+    vLLM 0.32's CPU build failed on seeded requests whose prefill it cut ("CPU Generator does not
+    use offset"); the engine is built not to cut them."""
+    from rlvr.sampling import Sampling
+
+    _, model, tokenizer = tiny
+    vllm, _ = _samplers(model, tokenizer, Sampling(max_new_tokens=6))
+    prompts = [f"{i}+{i}*3-{i}+12*{i}-{i}+{i}*3-{i}+12*{i}=" for i in range(20)]
+    assert sum(len(tokenizer.encode(p, add_special_tokens=False)) for p in prompts) * 8 > 4096
+    done = vllm.sample(prompts, 8, torch.Generator().manual_seed(0))
+    assert len(done.texts) == 160 and int(done.rollouts.completion_mask_BT.sum()) > 160
+
+
 def test_seeds_as_with_rlvrs_engine(tiny):
     """Group seeding: a prompt's samples depend on its own seed, not on which prompts share the
     batch; stream seeding: the same stream state draws the same samples."""

@@ -296,6 +296,10 @@ class ColocatedEngine:
             args.update(gpu_memory_utilization=settings.gpu_memory_utilization, enable_sleep_mode=settings.sleep)
         else:  # vLLM's CPU default sizes the cache from the machine's memory: seconds of page faults for a lab's few rows
             args.update(enforce_eager=True, kv_cache_memory_bytes=int(settings.kv_cache_gib * 2**30))
+            # vLLM 0.32's CPU build fails on a seeded request whose prefill is cut into chunks ("CPU Generator does
+            # not use offset": rewinding a generator is CUDA's API), which happens as soon as a round's prompt tokens
+            # exceed one step's budget (4,096). Whole prefills only, then.
+            args.update(enable_chunked_prefill=False)
         args.update(settings.args)
         self.sleeps = self.on_gpu and bool(args.get("enable_sleep_mode"))
         with global_rng_kept():
