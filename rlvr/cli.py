@@ -1,4 +1,4 @@
-"""The `rlvr` command: lab | train | eval | rft | distill | recipe | export | import-gguf | report | doctor | config | audit-reward.
+"""The `rlvr` command: lab | train | eval | rft | distill | recipe | export | import-gguf | serve | report | doctor | config | audit-reward.
 
     rlvr lab                           the built-in CPU lab with its defaults
     rlvr lab algo.beta=0.04            ... with any field overridden by dotted key
@@ -11,6 +11,7 @@
     rlvr distill --teacher RUN_DIR --student tiny:num_layers=1   ... or a smaller student
     rlvr recipe recipes/r1.toml        stages (sft, rl, rft, distill, eval) in order; --resume DIR continues
     rlvr import-gguf FILE OUT_DIR      a GGUF model file as a Hugging Face model directory
+    rlvr serve RUN_DIR@start           a vLLM server runs sample from (rollout.engine=vllm_server); vLLM's args after --
     rlvr report RUN_DIR [RUN_DIR ...]  report.html: the run on one page (several runs: overlaid)
     rlvr doctor RUN_DIR                known failure modes read off a run's metrics
     rlvr config                        every field with its default and meaning
@@ -242,6 +243,23 @@ def import_gguf_command(
     with exit_codes():
         path = import_gguf(file, out_dir)
     console.print(f"[green]imported[/] {file} -> {path}")
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def serve(
+    ctx: typer.Context,
+    model: str = typer.Argument(..., help="A model directory, hub id or run (runs/a, runs/a@start, runs/a@sft, runs/a@50)."),
+    host: str = typer.Option("127.0.0.1", help="The address to listen on (0.0.0.0: every interface)."),
+    port: int = typer.Option(8000, help="The port to listen on."),
+    kv_cache_gib: Optional[float] = typer.Option(
+        None, help="The KV cache's size in GiB (default on a CPU: 1; on a GPU: vLLM's, from --gpu-memory-utilization).", show_default=False),
+) -> None:
+    """Start vLLM's OpenAI-compatible server on a model or a run, with rlvr's weight receiver: runs sample from it with
+    rollout.engine=vllm_server rollout.server_url=URL. Arguments after -- go to vLLM."""
+    from rlvr.commands.serve import serve as serve_model
+
+    with exit_codes():
+        serve_model(model, host, port, kv_cache_gib, list(ctx.args), say=console.print)
 
 
 @app.command()

@@ -826,6 +826,13 @@ class Config:
         )
         if for_training and self.distributed.backend == "local":
             _check_ray_only_settings(self.distributed)
+        worker_engine = (self.distributed.rollout_engine or self.rollout.engine) if self.distributed.backend == "ray" else ""
+        _require(
+            worker_engine != "vllm_server" or self.distributed.rollout_workers == 1, "distributed.rollout_workers",
+            f"= {self.distributed.rollout_workers} rollout workers cannot share one vLLM server (rollout.server_url): each would "
+            "push its weights to it and take the weight group from the others; use 1 worker, or distributed.rollout_engine = 'vllm' "
+            "(an engine in each worker)",
+        )
         engines = {self.rollout.engine, self.distributed.rollout_engine if self.distributed.backend == "ray" else ""}
         _require(
             self.thinking.budget < 0 or not engines & {"vllm", "vllm_server"}, "thinking.budget",

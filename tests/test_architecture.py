@@ -32,8 +32,9 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("config", ("rlvr.config", "rlvr.config_paths", "rlvr.sampling", "rlvr.trackers", "rlvr.verifiers.contract", "rlvr.verifiers.pool")),
     ("data, tasks, rewards, metrics", (
         "rlvr.data", "rlvr.tasks", "rlvr.reward", "rlvr.metrics", "rlvr.monitor", "rlvr.doctor", "rlvr.checkpoint")),
+    # weight_sync moves a model's weights (it imports only errors): the vLLM server sampler in rollout/ broadcasts through it
     ("models, sampling, scoring", ("rlvr.architecture", "rlvr.models", "rlvr.sharded_checkpoint", "rlvr.logprobs", "rlvr.rollout",
-                                    "rlvr.sources")),
+                                    "rlvr.sources", "rlvr.distributed.weight_sync")),
     ("one step: update, learner, stages", ("rlvr.optim", "rlvr.update", "rlvr.learner", "rlvr.stages")),
     ("the RL loop", ("rlvr.loop",)),
     ("the run floor: settings, run directories, model and data set-up, reports", ("rlvr.runtime", "rlvr.report")),

@@ -19,6 +19,11 @@ the reason instead of hanging a broadcast. After that a sync is one broadcast pe
 tensor in hand and at most one bucket; a sharded learner can gather each parameter just before
 yielding it), no per-step metadata, and receivers write large parameters in place.
 
+A receiver without an HF model of its own (a vLLM server's worker, rlvr/rollout/vllm_weights.py,
+whose parameters are fused: q, k and v in one tensor) joins with `model=None`, checks the manifest
+with its own `problems` function and takes a sync with `receive_tensors`: each manifest entry as
+(name, tensor) in a fresh buffer, for its own loader to place.
+
 A group whose member died cannot be repaired (gloo and NCCL groups have a fixed membership);
 forming a new generation on the same host (`host.source(..., generation=g)`, receivers likewise)
 replaces it. The host's store outlives generations.
@@ -29,8 +34,9 @@ from __future__ import annotations
 import datetime
 import json
 import math
+import socket
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -128,6 +134,17 @@ def _summary(problems: list[str], shown: int = 5) -> str:
     return "; ".join(problems[:shown]) + more
 
 
+def route_ip(host: str) -> str:
+    """This machine's address on the route to `host` (an IP or a name): the address a member binds
+    gloo to so that a peer over there can reach it. No packet is sent (a UDP socket only picks its route)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect((socket.gethostbyname(host), 9))
+            return probe.getsockname()[0]
+        except OSError:  # no route known (an isolated machine): loopback reaches a peer on this machine
+            return "127.0.0.1"
+
+
 def _timeout(seconds: float) -> datetime.timedelta:
     return datetime.timedelta(seconds=seconds)
 
@@ -215,11 +232,14 @@ class WeightSyncGroup:
         return sum(e.nbytes for e in self.manifest)
 
     @classmethod
-    def receiver(cls, address: str, rank: int, world: int, model: torch.nn.Module, generation: int = 0,
-                 timeout_s: float = 300.0, bind_ip: str | None = None) -> WeightSyncGroup:
+    def receiver(cls, address: str, rank: int, world: int, model: torch.nn.Module | None, generation: int = 0,
+                 timeout_s: float = 300.0, bind_ip: str | None = None,
+                 problems: Callable[[list[Entry]], list[str]] | None = None, device: torch.device | str | None = None) -> WeightSyncGroup:
         """Join generation `generation` of the group whose source listens at `address` ("ip:port"),
         as `rank` (1..world-1), to receive into `model`. Raises ManifestMismatch when this model, or
-        another receiver's, cannot hold what the source sends."""
+        another receiver's, cannot hold what the source sends. With `model=None` the manifest is
+        checked by `problems` (None: accepted as sent) and syncs are taken with `receive_tensors`,
+        on `device` when the group is NCCL's."""
         if not 1 <= rank < world:
             raise ValueError(f"a receiver's rank must be in 1..{world - 1}, got {rank}")
         ip, _, port = address.rpartition(":")
@@ -231,14 +251,20 @@ class WeightSyncGroup:
         manifest = [Entry(n, tuple(s), d) for n, s, d in json.loads(_get(store, "manifest", timeout_s, "the source's manifest"))]
         backend = _get(store, "backend", timeout_s, "the source's backend")
         bucket_bytes = int(_get(store, "bucket_bytes", timeout_s, "the source's bucket size"))
-        problems = manifest_problems(manifest, model)
-        store.set(f"verdict/{rank}", _summary(problems))
-        if problems:
-            raise ManifestMismatch(f"this rollout worker's model cannot receive the learner's weights: {_summary(problems)}")
+        if model is not None:
+            found = manifest_problems(manifest, model)
+        else:
+            found = problems(manifest) if problems is not None else []
+        store.set(f"verdict/{rank}", _summary(found))
+        if found:
+            raise ManifestMismatch(f"this rollout worker's model cannot receive the learner's weights: {_summary(found)}")
         go = _get(store, "go", timeout_s, "the source's decision")
         if go:
             raise ManifestMismatch(f"the weight group did not form: {go}")
-        device = next(model.parameters()).device if backend == "nccl" else torch.device("cpu")
+        if backend != "nccl":
+            device = torch.device("cpu")
+        else:
+            device = next(model.parameters()).device if model is not None else torch.device(device if device is not None else "cuda")
         pg = _process_group(store, rank, world, backend, timeout_s, bind_ip, device)
         group = cls(pg, rank, world, manifest, backend, device, bucket_bytes)
         group.store_client = base
@@ -317,6 +343,36 @@ class WeightSyncGroup:
                 received += sum(e.nbytes for e in entries)
         self._synchronize()
         return received
+
+    def receive_tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """Take one sync as (name, tensor) per manifest entry, in order, each in a fresh buffer on the
+        group's device (a bucket's tensors are views of that bucket's own buffer), for a receiver
+        whose parameters are not the manifest's (model=None). Consume it to the end: a receiver that
+        stops early closes the group, so the source fails at once instead of waiting on it."""
+        if self.rank == 0:
+            raise WeightSyncError("rank 0 sends; receivers are ranks 1..")
+        done = False
+        try:
+            with torch.no_grad():
+                for bucket in self.plan:
+                    entries = [self.manifest[k] for k in bucket]
+                    if len(entries) == 1:
+                        e = entries[0]
+                        tensor = torch.empty(e.shape, dtype=getattr(torch, e.dtype), device=self.device)
+                        self._broadcast(tensor)
+                        yield e.name, tensor
+                        continue
+                    raw = torch.empty(sum(_padded(e.nbytes) for e in entries), dtype=torch.uint8, device=self.device)
+                    self._broadcast(raw)
+                    offset = 0
+                    for e in entries:
+                        yield e.name, raw[offset:offset + e.nbytes].view(getattr(torch, e.dtype)).reshape(e.shape)
+                        offset += _padded(e.nbytes)
+            self._synchronize()
+            done = True
+        finally:
+            if not done:
+                self.close()
 
     def _broadcast(self, t: torch.Tensor) -> None:
         if self.pg is None:

@@ -14,6 +14,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from rlvr.rollout.sampler import Sampler
 from rlvr.rollout.vllm_sampler import VLLMSampler, VLLMSettings
+from rlvr.rollout.vllm_server import ServerSampler
 from rlvr.sampling import Sampling
 
 VLLM_ENGINES = ("vllm", "vllm_server")
@@ -31,7 +32,5 @@ def make_sampler(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, sam
     if engine == "vllm":
         return VLLMSampler(model, tokenizer, sampling, _vllm_options.get("settings"))
     if engine == "vllm_server":
-        from rlvr.rollout.vllm_server import ServerSampler  # TEMPORARY: moves to the top once the server sampler lands
-
         return ServerSampler(model, tokenizer, sampling, _vllm_options.get("server_url", ""), _vllm_options.get("server_timeout_s", 600.0))
     return Sampler(model, tokenizer, sampling, engine)
