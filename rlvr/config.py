@@ -339,8 +339,6 @@ class RolloutConfig:
         _require(0.0 < self.vllm_gpu_memory_utilization <= 1.0, "rollout.vllm_gpu_memory_utilization", "must be in (0, 1]")
         _require(self.vllm_kv_cache_gib > 0.0, "rollout.vllm_kv_cache_gib", "must be > 0")
         _require(self.server_timeout_s > 0, "rollout.server_timeout_s", "must be > 0")
-        _require(self.engine != "vllm_server" or bool(self.server_url), "rollout.server_url",
-                 "is empty: rollout.engine = 'vllm_server' samples through a server started by `rlvr serve` (docs/vllm.md)")
         _require(not self.server_url or self.server_url.startswith(("http://", "https://")), "rollout.server_url",
                  f"{self.server_url!r} is not an http:// or https:// address")
         _require(self.prompts_per_step > 0, "rollout.prompts_per_step", "must be > 0")
@@ -832,6 +830,16 @@ class Config:
             f"= {self.distributed.rollout_workers} rollout workers cannot share one vLLM server (rollout.server_url): each would "
             "push its weights to it and take the weight group from the others; use 1 worker, or distributed.rollout_engine = 'vllm' "
             "(an engine in each worker)",
+        )
+        _require(
+            not (worker_engine == "vllm_server" and self.rollout.engine == "vllm_server"), "rollout.engine",
+            "= 'vllm_server' with Ray rollout workers on the same server: the driver's evaluation and the worker would both push "
+            "weights to it; set distributed.rollout_engine = 'vllm_server' and rollout.engine = 'auto' (the driver evaluates on "
+            "rlvr's engine) or 'vllm'",
+        )
+        _require(
+            not {self.rollout.engine, worker_engine} & {"vllm_server"} or bool(self.rollout.server_url), "rollout.server_url",
+            "is empty: the 'vllm_server' engine samples through a server started by `rlvr serve` (docs/vllm.md)",
         )
         engines = {self.rollout.engine, self.distributed.rollout_engine if self.distributed.backend == "ray" else ""}
         _require(

@@ -193,6 +193,8 @@ class LocalLearner:
         )
 
     def update(self, rollouts: Rollouts, advantages_B: torch.Tensor, include_B: torch.Tensor) -> dict[str, float]:
+        if self._sampler is not None:
+            self._sampler.rest()  # a colocated vLLM engine on GPU sleeps through the update
         try:
             return rl_update(self.policy, self.optimizer, self.scheduler, rollouts, advantages_B, self.settings,
                              reference=self.reference, include_B=include_B)

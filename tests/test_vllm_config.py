@@ -93,6 +93,9 @@ def test_the_sampler_refuses_a_budget_itself():
     (["rollout.server_timeout_s=0"], "rollout.server_timeout_s"),
     (["distributed.rollout_engine=sglang"], "distributed.rollout_engine"),
     (["rollout.vllm_lora=lora"], "rollout.vllm_lora"),
+    (["distributed.backend=ray", "distributed.rollout_workers=1", "rollout.engine=vllm_server", "rollout.server_url=http://h:1"],
+     "rollout.engine"),  # the driver's evaluation and the worker would both push to the one server
+    (["distributed.backend=ray", "distributed.rollout_workers=1", "distributed.rollout_engine=vllm_server"], "rollout.server_url"),
     (["distributed.backend=ray", "distributed.rollout_workers=2", "rollout.engine=vllm_server", "rollout.server_url=http://h:1"],
      "distributed.rollout_workers"),
     (["distributed.backend=ray", "distributed.rollout_workers=3", "distributed.rollout_engine=vllm_server", "rollout.server_url=http://h:1"],

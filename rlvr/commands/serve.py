@@ -73,7 +73,7 @@ def vllm_command(model: str, name: str, host: str, port: int, kv_cache_gib: floa
                "--host", host, "--port", str(port), "--worker-extension-cls", RECEIVER, "--generation-config", "vllm",
                "--logprobs-mode", "processed_logprobs", "--seed", "0"]
     if on_gpu:
-        command += ["--dtype", "bfloat16"]
+        command += ["--dtype", "bfloat16" if torch.cuda.is_bf16_supported() else "float16"]  # a V100 or T4 has no bf16
         if kv_cache_gib is not None:
             command += ["--kv-cache-memory-bytes", str(int(kv_cache_gib * 2**30))]
     else:

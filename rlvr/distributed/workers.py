@@ -210,8 +210,10 @@ class RolloutWorker(StartedActor):
 
         t0 = time.perf_counter()
         self.version = None  # a load that fails half-way leaves weights of no version
-        load_weights(self.model, unpack_weights(ray.get(weights[0])))
-        self.sampler.weights_changed()
+        try:
+            load_weights(self.model, unpack_weights(ray.get(weights[0])))
+        finally:  # even a load that broke off changed the model: an engine holding a copy refreshes it before sampling
+            self.sampler.weights_changed()
         self.version = version
         return time.perf_counter() - t0
 

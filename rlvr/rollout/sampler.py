@@ -71,6 +71,9 @@ class Sampler:
     def weights_changed(self) -> None:
         """Nothing to do: rlvr's engine decodes with the policy's own weights."""
 
+    def rest(self) -> None:
+        """Nothing to free before an update: rlvr's engine holds no memory between samplings."""
+
     def sample(self, prompts: list[str], group_size: int = 1, generator: torch.Generator | None = None,
                generators: list[torch.Generator] | None = None) -> Completions:
         """`group_size` completions of each prompt, drawn from `generator`, or each prompt's from its

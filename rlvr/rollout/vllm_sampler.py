@@ -129,7 +129,7 @@ def prompt_seed(g: int, generator: torch.Generator | None, generators: list[torc
     """Prompt g's seed: its own generator's (group seeding), else the next draw of the run's stream."""
     if generators is not None:
         return generators[g].initial_seed() % (2**62)  # room for vLLM's seed + child index
-    return int(torch.randint(0, 2**62, (1,), generator=generator))
+    return int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device if generator is not None else None))
 
 
 def sampling_params(sampling: Sampling, eos_id: int, seed: int | None, n: int) -> dict[str, Any]:
@@ -281,7 +281,7 @@ class ColocatedEngine:
         self.files = tempfile.TemporaryDirectory(prefix="rlvr-vllm-")
         args: dict[str, Any] = {
             "model": model_files(model, tokenizer, self.files.name),
-            "dtype": "bfloat16" if self.on_gpu else "float32",
+            "dtype": ("bfloat16" if torch.cuda.is_bf16_supported() else "float16") if self.on_gpu else "float32",
             "load_format": "dummy",  # the policy's weights come next, from memory
             "logprobs_mode": "processed_logprobs",
             "generation_config": "vllm",  # sampling settings come from rlvr's config alone, not the model's defaults
@@ -337,6 +337,7 @@ class ColocatedEngine:
         """Load the policy's current weights into the engine; the seconds it took."""
         t0 = time.perf_counter()
         if self.asleep:
+            torch.cuda.empty_cache()  # what torch's allocator still holds from the update is not vLLM's to use
             self.llm.wake_up(tags=["weights"])
         if not self.lora_rank:
             self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(checkpoint_weights(model))})
@@ -346,6 +347,7 @@ class ColocatedEngine:
             self._load_adapter(model)
         self.llm.reset_prefix_cache()  # keys and values cached under the old weights are not the new weights'
         if self.asleep:
+            torch.cuda.empty_cache()
             self.llm.wake_up(tags=["kv_cache"])
             self.asleep = False
         self.stale, self.holder = False, weakref.ref(model)
@@ -435,6 +437,11 @@ class VLLMSampler:
         """The policy's weights changed (an update, a checkpoint loaded): push before sampling again."""
         self.engine.changed(self.model)
 
+    def rest(self) -> None:
+        """The learner is about to update: on GPU with sleep mode the engine gives its memory back
+        (not after every sampling: evaluation samples batch after batch with the same weights)."""
+        self.engine.rest()
+
     def sample(self, prompts: list[str], group_size: int = 1, generator: torch.Generator | None = None,
                generators: list[torch.Generator] | None = None) -> Completions:
         self.engine = colocated_engine(self.model, self.tokenizer, self.settings)  # the same one, unless another shape replaced it
@@ -443,7 +450,6 @@ class VLLMSampler:
         tokenizer = self.tokenizer
         requests = requests_for(tokenizer, prompts, group_size, self.sampling, generator, generators)
         samples = self.engine.generate(requests, self.sampling, tokenizer.eos_token_id)
-        self.engine.rest()  # on GPU with sleep mode: the update gets the engine's memory
         return completions_from(self.tokenizer, prompts, requests, samples, self.sampling, next(self.model.parameters()).device)
 
 

@@ -338,6 +338,9 @@ class ServerSampler:
         """The policy's weights changed (an update, a checkpoint loaded): push before sampling again."""
         self.link.changed(self.model)
 
+    def rest(self) -> None:
+        """Nothing to free before an update: the server's memory is its own."""
+
     def server_versions(self) -> list[Any]:
         """The weight version each of the server's workers holds (the link's `version` after a push)."""
         return weight_versions(self.link.url, self.timeout_s)
