@@ -17,7 +17,6 @@ from rlvr.rollout.vllm_sampler import VLLMSampler, VLLMSettings
 from rlvr.rollout.vllm_server import ServerSampler
 from rlvr.sampling import Sampling
 
-VLLM_ENGINES = ("vllm", "vllm_server")
 _vllm_options: dict = {}
 
 
