@@ -333,9 +333,47 @@ class RolloutConfig:
         "for oneDNN's matmul instead of F.linear (MKL re-packs them on every call): 0.6-0.8x the step time at 135M "
         "parameters, logits equal to ~1e-6. Only for plain Linear layers (not LoRA-wrapped) of models at least 512 wide.",
     )
+    tools: list[str] = knob(
+        [], 'Tools the model may call, each "package.module:function" (TRL\'s `tools`): its name, type hints and Google-style '
+        "docstring become the schema the chat template renders (tools=); calls are parsed in rollout.tool_format, run, and "
+        "their results appended as tool messages (docs/tools.md). Built in: rlvr.rollout.toolbox:calculator, :python (sandboxed).",
+    )
+    environment: str = knob(
+        "", 'An environment class or factory, "package.module:Factory" (TRL\'s `environment_factory`): a fresh instance per '
+        "rollout; reset(**row) may return text appended to the last user message; its public methods are tools; "
+        "get_reward(), when defined, is a reward term named after the class.",
+    )
+    environments: dict[str, str] = knob(
+        {}, "Several environments by name -> \"package.module:Factory\" (TRL's dict of factories); each row picks one by its "
+        "rollout.environment_field and sees only that environment's tools.",
+    )
+    environment_field: str = knob("environment", "The data field that names a row's environment when rollout.environments is set.")
+    max_turns: int = knob(
+        4, "Model turns per rollout when tools are set (TRL's max_tool_calling_iterations + 1): a call in the last turn goes "
+        "unanswered and is counted (tools/turn_limit). rollout.max_new_tokens bounds the whole conversation after the prompt.",
+    )
+    tool_timeout_s: float = knob(10.0, "Longest a tool call may run; past it the model reads a timeout message (tools/timeout).")
+    tool_max_chars: int = knob(2000, "Longest tool result the model reads, in characters; longer ones are cut (tools/truncated).")
+    tool_format: Literal["hermes"] = knob("hermes", "How the model writes a tool call (hermes: Qwen's and Hermes' "
+                                          "<tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>; rollout/tools.py TOOL_FORMATS).")
+
+    @property
+    def multi_turn(self) -> bool:
+        """Whether rollouts are conversations with tools (rollout/multiturn.py)."""
+        return bool(self.tools or self.environment or self.environments)
 
     def validate(self) -> None:
         _require(self.group_size >= 2, "rollout.group_size", "must be >= 2 (group-relative advantages need a group)")
+        _require(self.max_turns >= 1, "rollout.max_turns", "must be >= 1")
+        _require(self.tool_timeout_s > 0, "rollout.tool_timeout_s", "must be > 0")
+        _require(self.tool_max_chars >= 16, "rollout.tool_max_chars", "must be >= 16")
+        _require(not (self.environment and self.environments), "rollout.environments",
+                 "set rollout.environment (one for every row) or rollout.environments (routed by a field), not both")
+        for i, spec in enumerate(self.tools):
+            _require(isinstance(spec, str) and ":" in spec, f"rollout.tools[{i}]", f'{spec!r} is not "package.module:function"')
+        for name, spec in ([("", self.environment)] if self.environment else []) + list(self.environments.items()):
+            where = f"rollout.environments.{name}" if name else "rollout.environment"
+            _require(isinstance(spec, str) and ":" in spec, where, f'{spec!r} is not "package.module:Factory"')
         _require(0.0 < self.vllm_gpu_memory_utilization <= 1.0, "rollout.vllm_gpu_memory_utilization", "must be in (0, 1]")
         _require(self.vllm_kv_cache_gib > 0.0, "rollout.vllm_kv_cache_gib", "must be > 0")
         _require(self.server_timeout_s > 0, "rollout.server_timeout_s", "must be > 0")
@@ -571,6 +609,10 @@ class EvalConfig:
     min_p: float = knob(0.0, "Min-p truncation of the eval.samples completions (0 = off).")
     k: list[int] = knob([], "The k of pass@k and maj@k, each at most eval.samples; empty = powers of two up to eval.samples, and eval.samples.")
     bootstrap_rounds: int = knob(1000, "Bootstrap resamples of the problems for the 95% intervals.")
+    tool_control: bool = knob(
+        True, "Runs with tools (rollout.tools, rollout.environment): each evaluation also decodes the problems greedily with "
+        "no tool offered (single-turn, the prompt without tools=), the control that says what the tools add (without_tools).",
+    )
     every: int = knob(
         0, "During RL, evaluate the held-out split every N steps (greedy, and sampled when eval.samples > 0), logged as "
         "eval/* in metrics.jsonl and drawn with the reward curve; 0 = before and after RL only."
@@ -811,6 +853,17 @@ class Config:
             "algo.dual_clip",
             f"caps the clipped-ratio loss; algo.surrogate = {self.algo.surrogate!r} does not support it (those that do: "
             f"{[name for name in surrogates if surrogates.trait(name, 'dual_clip', False)]}); set it to 0",
+        )
+        _require(
+            not (self.rollout.multi_turn and self.thinking.budget >= 0), "thinking.budget",
+            "cannot be combined with tools (rollout.tools / rollout.environment): a budget counts one turn's thinking tokens, a "
+            "conversation has several turns; evaluate tool runs without a budget",
+        )
+        _require(
+            not (self.rollout.multi_turn and self.distributed.backend == "ray" and self.distributed.mode == "async"
+                 and self.distributed.max_staleness > 0), "distributed.mode",
+            "= 'async' cannot start tool rounds ahead yet: rounds in flight are saved in checkpoints as tensors, and a "
+            "conversation's environments are Python objects; use distributed.mode = 'sync' with rollout.tools",
         )
         # Settings that are valid alone but contradict each other: say which and why.
         _require(

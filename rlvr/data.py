@@ -56,6 +56,11 @@ def _template_text(path: str) -> str:
         raise DataError(f"data.chat_template: cannot read {path}: {err}") from None
 
 
+def chat_template_text(cfg: DataConfig) -> str | None:
+    """The template file data.chat_template names, read (None: the tokenizer's own)."""
+    return _template_text(cfg.chat_template) if cfg.chat_template else None
+
+
 def prompt_messages(prompt: Example | str, cfg: DataConfig) -> list[dict[str, str]]:
     """The chat messages a prompt becomes under a chat template: a chat-format example's own turns
     (data.system_prompt first when they have no system turn), or the system prompt and one user turn."""

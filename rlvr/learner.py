@@ -45,6 +45,7 @@ class Generation:
     texts: list[str]  # the decoded completions
     prompt_messages: list[list[dict[str, str]]] | None = None  # per row, when prompts went through a chat template
     scores: Any = None  # rlvr.reward.Scores when the learner verified them itself (Ray: reward workers), else the loop does
+    trace: Any = None  # multi-turn rollouts: their conversations and tool calls (rollout.ToolTrace), else None
 
 
 class Learner(Protocol):
@@ -98,6 +99,12 @@ class Learner(Protocol):
     def close(self) -> None:
         """Release what it holds (workers, gradient checkpointing); it runs however the run ends."""
         ...
+
+
+def row_messages(tokenizer: PreTrainedTokenizerBase, per_row: list[Example], data_cfg, trace: Any) -> list[list[dict]] | None:
+    """Each row's prompt as the chat messages reward functions get (TRL's `prompts`): a conversation's own (its
+    environment's reset text included), else the example's when it went through a chat template."""
+    return trace.prompt_messages if trace is not None else chat_prompts(tokenizer, per_row, data_cfg)
 
 
 def group_generators(seed: int, round_index: int, prompts: int, device: torch.device, first: int = 0) -> list[torch.Generator]:
@@ -180,9 +187,10 @@ class LocalLearner:
         distinct = [format_prompt(self.tokenizer, e, self.data_cfg) for e in examples]
         generators = group_generators(self.seed, self.rounds, len(examples), self.device) if self.rollout_cfg.seeding == "group" else None
         self.rounds += 1
-        sampled = self.sampler.sample(distinct, G, self.generator, generators)
+        sampled = self.sampler.sample(distinct, G, self.generator, generators, examples=examples)
         per_row = [e for e in examples for _ in range(G)]
-        return Generation(sampled.prompts, sampled.rollouts, sampled.texts, chat_prompts(self.tokenizer, per_row, self.data_cfg))
+        return Generation(sampled.prompts, sampled.rollouts, sampled.texts, row_messages(self.tokenizer, per_row, self.data_cfg, sampled.trace),
+                          trace=sampled.trace)
 
     def reference_kl(self, rollouts: Rollouts) -> torch.Tensor:
         if self.reference is None:

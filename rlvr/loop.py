@@ -19,7 +19,7 @@ import json
 import random
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -37,7 +37,8 @@ from rlvr.learner import Learner
 from rlvr.metrics import STOP_FILE, JsonlWriter, PhaseBar, read_jsonl_records, rewind_jsonl
 from rlvr.monitor import HackMonitor
 from rlvr.reward import RewardError, RewardTerm, Scores, correctness_term, score_completions
-from rlvr.rollout import Rollouts, completion_id_lists, concat_rollouts
+from rlvr.rollout import Rollouts, ToolTrace, completion_id_lists, concat_rollouts
+from rlvr.rollout.multiturn import merged_tool_metrics
 from rlvr.trackers import Trackers
 from rlvr.verifiers.math import boxed_math
 
@@ -137,11 +138,12 @@ class Sampled:
     texts: list[str]
     rewards_B: torch.Tensor  # weighted sum of the reward terms; NaN = missing
     correct_B: torch.Tensor  # the correctness term's score (reward.correctness; Scores.correct_B); NaN = missing
+    trace: ToolTrace | None = None  # multi-turn rollouts: each row's conversation and tool calls
 
     def rows(self, rows: torch.Tensor) -> "Sampled":
         return Sampled(
             [self.examples[i] for i in rows.tolist()], self.rollouts.select(rows), [self.texts[i] for i in rows.tolist()],
-            self.rewards_B[rows], self.correct_B[rows],
+            self.rewards_B[rows], self.correct_B[rows], self.trace.select(rows.tolist()) if self.trace is not None else None,
         )
 
 
@@ -156,6 +158,7 @@ class StepSamples:
     dropped_groups: int
     generate_s: float
     verify_s: float
+    traces: list[ToolTrace | None] = field(default_factory=list)  # every round's conversations (multi-turn), else None each
 
 
 def collect_batch(
@@ -172,7 +175,7 @@ def collect_batch(
     all-correct group whose only spread is a small overlong or KL term, and std scaling would
     blow that spread up to full-size advantages. Surplus groups of the last round are dropped."""
     kept: list[Sampled] = []
-    all_scores, generated = [], []
+    all_scores, generated, traces = [], [], []
     gen_s = verify_s = 0.0
     rounds = dropped = 0
     while True:
@@ -180,6 +183,7 @@ def collect_batch(
         sampled, scores, g_s, v_s = sample_round()
         all_scores.append(scores)
         generated.append(sampled.rollouts)
+        traces.append(sampled.trace)
         gen_s, verify_s = gen_s + g_s, verify_s + v_s
         if not algo.dynamic_sampling:
             kept.append(sampled)
@@ -195,9 +199,10 @@ def collect_batch(
         batch = Sampled(
             [e for k in kept for e in k.examples], concat_rollouts([k.rollouts for k in kept], pad_id),
             [t for k in kept for t in k.texts], torch.cat([k.rewards_B for k in kept]), torch.cat([k.correct_B for k in kept]),
+            None if any(k.trace is None for k in kept) else ToolTrace.concat([k.trace for k in kept]),
         )
         batch = batch.rows(torch.arange(min(len(batch.texts), prompts_per_step * G)))
-    return StepSamples(batch, Scores.merge(all_scores), generated, rounds, dropped, gen_s, verify_s)
+    return StepSamples(batch, Scores.merge(all_scores), generated, rounds, dropped, gen_s, verify_s, traces)
 
 
 def rl_train(
@@ -318,7 +323,7 @@ def _train(learner: Learner, examples: list[Example], cfg: Config, reward_terms:
             if mc.enabled and batch is not None:
                 hack_metrics, hack_reason = monitor.step(
                     [e.prompt for e in batch.examples], batch.texts, [e.answer for e in batch.examples],
-                    batch.rollouts.truncated_B.tolist(), [None if v != v else float(v) for v in batch.correct_B.tolist()])
+                    batch.rollouts.truncated_B.tolist(), [None if v != v else float(v) for v in batch.correct_B.tolist()], batch.trace)
                 record.update(hack_metrics)
             if evaluate_policy is not None and cfg.eval.every and step % cfg.eval.every == 0:
                 t_eval = time.perf_counter()
@@ -374,9 +379,9 @@ def sample_round(learner: Learner, batch: list[Example], terms: list[RewardTerm]
     per_row = [e for e in batch for _ in range(G)]
     scores = generation.scores if generation.scores is not None else score_completions(
         terms, cfg.reward, generation.prompts, generation.texts, per_row, rollouts.lengths_B.tolist(), cfg.rollout.max_new_tokens,
-        prompt_messages=generation.prompt_messages, completion_ids=completion_id_lists(rollouts),
+        prompt_messages=generation.prompt_messages, completion_ids=completion_id_lists(rollouts), trace=generation.trace,
     )
-    sampled = Sampled(per_row, rollouts, generation.texts, scores.total_B.to(device), scores.correct_B.to(device))
+    sampled = Sampled(per_row, rollouts, generation.texts, scores.total_B.to(device), scores.correct_B.to(device), generation.trace)
     return sampled, scores, t1 - t0, time.perf_counter() - t1
 
 
@@ -424,6 +429,7 @@ def _rollout_metrics(samples: StepSamples, t_start: float, t_verified: float, t_
         "rollout/truncated_frac": float(torch.cat([r.truncated_B for r in generated]).float().mean()),
         "rollout/entropy": sum(r.entropy_sum for r in generated) / max(n_tokens, 1),
         "rollout/tokens_per_s": n_tokens / max(samples.generate_s, 1e-9),
+        **merged_tool_metrics(samples.traces),
         "time/generate": samples.generate_s,
         "time/verify": samples.verify_s,
         "time/update": t_end - t_verified,
@@ -434,6 +440,9 @@ def _rollout_metrics(samples: StepSamples, t_start: float, t_verified: float, t_
 def _write_samples(out: JsonlWriter, step: int, batch: Sampled, rewards_B: torch.Tensor, advantages_B: torch.Tensor, n: int) -> list[dict]:
     rows = [{"step": step, "prompt": batch.examples[i].prompt, "completion": batch.texts[i], "answer": batch.examples[i].answer,
              "reward": float(rewards_B[i]), "advantage": float(advantages_B[i])} for i in range(min(n, len(batch.texts)))]
+    if batch.trace is not None:  # a tool run: the conversation (tool calls, their results), which the report shows
+        for i, row in enumerate(rows):
+            row["conversation"] = batch.trace.conversations[i]
     for row in rows:
         out.write(row)
     return rows

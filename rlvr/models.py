@@ -44,14 +44,33 @@ PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
 WORD_TOKENS = ["\\boxed{", "\\frac{"]
 THINK_TOKENS = ["<think>", "</think>"]  # added (after everything else) only for thinking-format tasks
 CODE_TOKENS = ["```python\n", "```"]  # added (after everything else) only for the code task: its fences
+TOOL_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]  # added last, only for tool tasks
+# The tiny tokenizer's chat template when its task calls tools: the tool names on the first line, then Q:/A: turns;
+# an assistant turn ends in EOS, a tool result is one <tool_response> line. Calls are written as Hermes writes them
+# (<tool_call>{"name": ..., "arguments": {...}}</tool_call>), which rollout.tool_format = "hermes" parses.
+TINY_TOOL_TEMPLATE = (
+    "{%- if tools %}{{- 'tools: ' }}{%- for tool in tools %}{{- tool.function.name if tool.function is defined else tool.name }}"
+    "{{- ', ' if not loop.last else '\n' }}{%- endfor %}{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if message.role == 'system' %}{{- message.content + '\n' }}"
+    "{%- elif message.role == 'user' %}{{- 'Q: ' + message.content + '\n' }}"
+    "{%- elif message.role == 'assistant' %}{{- 'A: ' + (message.content or '') }}"
+    "{%- for call in (message.tool_calls or []) %}"
+    "{{- '<tool_call>' + ((call.function if call.function is defined else call) | tojson) + '</tool_call>' }}{%- endfor %}"
+    "{{- '<eos>\n' }}"
+    "{%- elif message.role == 'tool' %}{{- '<tool_response>' + message.content + '</tool_response>\n' }}"
+    "{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- 'A: ' }}{%- endif %}"
+)
 CHARACTERS = string.digits + string.ascii_letters + " \n+-*/^()[]{}=.,:;?!'\"<>_%$\\|&#@~"
 
 
-def build_char_tokenizer(thinking: bool = False, code: bool = False) -> PreTrainedTokenizerFast:
+def build_char_tokenizer(thinking: bool = False, code: bool = False, tools: bool = False) -> PreTrainedTokenizerFast:
     """A character-level tokenizer (plus a few LaTeX words) wrapped as a transformers tokenizer.
     With `thinking`, `<think>` and `</think>` are one token each; with `code`, the code fences
-    (appended: every other id stays, so the arithmetic lab's model is the same)."""
-    words = WORD_TOKENS + (THINK_TOKENS if thinking else []) + (CODE_TOKENS if code else [])
+    (appended: every other id stays, so the arithmetic lab's model is the same); with `tools`, the
+    tool-call and tool-result tags, and a chat template that renders tools (TINY_TOOL_TEMPLATE)."""
+    words = WORD_TOKENS + (THINK_TOKENS if thinking else []) + (CODE_TOKENS if code else []) + (TOOL_TOKENS if tools else [])
     pieces = [PAD, EOS, UNK] + list(dict.fromkeys(CHARACTERS)) + words
     vocab = {piece: i for i, piece in enumerate(pieces)}
     tok = Tokenizer(WordLevel(vocab, unk_token=UNK))
@@ -60,7 +79,10 @@ def build_char_tokenizer(thinking: bool = False, code: bool = False) -> PreTrain
     tok.decoder = decoders.Fuse()  # concatenate pieces: no spaces inserted on decode
     tok.add_special_tokens([AddedToken(t, special=True) for t in (PAD, EOS, UNK)])
     tok.add_tokens([AddedToken(w, special=False, normalized=False) for w in words])
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD, eos_token=EOS, unk_token=UNK)
+    built = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD, eos_token=EOS, unk_token=UNK)
+    if tools:
+        built.chat_template = TINY_TOOL_TEMPLATE
+    return built
 
 
 def build_tiny_model(tokenizer: PreTrainedTokenizerBase, cfg: TinyModelConfig, seed: int) -> PreTrainedModel:

@@ -107,11 +107,18 @@ class HackMonitor:
         self.gaps = list(state.get("gaps", []))
 
     def step(self, prompts: list[str], completions: list[str], answers: list[str], truncated: list[bool],
-             proxy: list[float | None]) -> tuple[dict[str, float], str | None]:
-        """This step's hack/* metrics, and the reason to stop (None: go on)."""
+             proxy: list[float | None], tools: Any = None) -> tuple[dict[str, float], str | None]:
+        """This step's hack/* metrics, and the reason to stop (None: go on). `tools` (a run with tools: the batch's
+        rollout.ToolTrace) adds hack/tool_failed (the share of rollouts with a call that failed: an error, a timeout,
+        an unknown tool, bad arguments, a malformed call), hack/turn_limit (rollouts that asked for a tool in their last
+        allowed turn) and hack/turns (model turns per rollout): a policy probing its tools shows there first."""
         n = max(len(completions), 1)
         flags = {name: [detect(p, c, t) for p, c, t in zip(prompts, completions, truncated)] for name, detect in DETECTORS.items()}
         metrics = {f"hack/{name}": sum(f) / n for name, f in flags.items()}
+        if tools is not None:
+            metrics["hack/tool_failed"] = sum(any(r.outcome not in ("ok", "truncated") for r in row) for row in tools.results) / n
+            metrics["hack/turn_limit"] = sum(stop == "turn_limit" for stop in tools.stops) / n
+            metrics["hack/turns"] = sum(tools.turns) / n
         if not self.strict:
             return metrics, None
         # Only rows whose gold answer is math are compared (a code row's tests are not boxed_math's to judge).

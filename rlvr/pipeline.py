@@ -30,7 +30,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from rich.markup import escape as markup_escape
 from rich.table import Table
@@ -61,6 +61,7 @@ from rlvr.loop import TrainingError, rl_train
 from rlvr.metrics import STOP_FILE, JsonlWriter, PhaseBar, Reporter, plot_reward_curve, rewind_jsonl
 from rlvr.models import add_lora, check_model_path, count_parameters, merged, save_pretrained
 from rlvr.reward import build_reward_terms, close_reward_terms, correctness_term, other_terms
+from rlvr.rollout.multiturn import ToolRenderer, ToolSettings
 from rlvr.runtime import (
     RESUMABLE_CHANGES,
     apply_run_settings,
@@ -78,7 +79,7 @@ from rlvr.runtime import (
     seed_everything,
 )
 from rlvr.stages.evaluate import EvalResult, evaluate, headline, key_figures, num_batches, percent, write_eval
-from rlvr.stages.sft import SFTProgress, sft_train
+from rlvr.stages.sft import SFTProgress, TokenTarget, sft_train
 from rlvr.tasks import load_splits, task_for
 from rlvr.trackers import Trackers
 
@@ -207,7 +208,9 @@ def _run(cfg: Config, reporter: Reporter, command: str, resume: bool, reward_ter
         f"train {len(train)}  held-out {len(held_out)}  device {next(model.parameters()).device}"
     )
     # What the model sees, exactly (a prompt templated twice, or not at all, shows here at once).
-    reporter.print("first prompt as the model sees it:", markup_escape(repr(format_prompt(tokenizer, train[0], cfg.data))))
+    tools = ToolSettings.from_config(cfg.rollout)  # with tools: rendered with them (and this loads them now, not after SFT)
+    first = ToolRenderer(tokenizer, tools, cfg.data).start(train[0]).prompt_text if tools else format_prompt(tokenizer, train[0], cfg.data)
+    reporter.print("first prompt as the model sees it:", markup_escape(repr(first)))
     trackers = Trackers(cfg.run.trackers, run_dir, flatten(cfg), cfg.run.project, resuming)
     ctx = RunContext(cfg, reporter, run_dir, model, tokenizer, train, held_out, reward_terms, resuming=resuming, trackers=trackers)
     try:
@@ -244,13 +247,26 @@ def refresh_report(ctx: RunContext) -> None:
 # ----------------------------------------------------------------------------- the phases
 
 
+def tool_pairs(renderer: ToolRenderer, targets: Iterator[tuple[Example, Any]]) -> Iterator[tuple[list[int], TokenTarget]]:
+    """SFT pairs of a run with tools: a target is the model's answer (text) or a tool trace (the messages after the
+    prompt: assistant turns and tool results), laid out in tokens as the multi-turn sampler lays it out."""
+    for example, target in targets:
+        completion = target if isinstance(target, list) else [{"role": "assistant", "content": target}]
+        prompt_ids, ids, trained = renderer.sft_pair(example, completion)
+        yield prompt_ids, TokenTarget(ids, trained)
+
+
 def sft_phase(ctx: RunContext) -> None:
     """Cold-start SFT on (prompt, target) pairs, as the task draws them (`Task.sft_targets`): the built-in
     tasks' worked/bare mixture, or the data's own solutions (a user's, or verified traces from `rlvr rft`/`distill`), with the
     teacher's token-level term when distill.kl_coef > 0. Resumes from its newest sft-* checkpoint."""
     cfg = ctx.cfg
     targets = task_for(cfg).sft_targets(cfg, ctx.train)
-    pairs = ((format_prompt(ctx.tokenizer, e, cfg.data), target) for e, target in targets)
+    tools = ToolSettings.from_config(cfg.rollout)
+    if tools is None:
+        pairs = ((format_prompt(ctx.tokenizer, e, cfg.data), target) for e, target in targets)
+    else:  # prompts rendered with their tools, as RL samples them; a target may be a whole tool trace
+        pairs = tool_pairs(ToolRenderer(ctx.tokenizer, tools, cfg.data), targets)
     resume = None
     latest = complete_step_checkpoints(ctx.checkpoints, SFT_PREFIX)[-1:] if ctx.resuming else []
     if latest:
@@ -421,15 +437,23 @@ def summary_table(evals: dict[str, EvalResult], seconds: dict[str, float]) -> Ta
     sampled = key_figures(name for e in evals.values() for name in e.sampled)
     for name in sampled:
         table.add_column(name, justify="right")
+    tools = any(e.tools for e in evals.values())  # a run with tools: how often the model called one, and the no-tool control
+    if tools:
+        table.add_column("tool calls", justify="right")
+        table.add_column("calls failed", justify="right")
+        table.add_column("without tools", justify="right")
     table.add_column("shows work", justify="right")
     table.add_column("mean length", justify="right")
     for label, e in evals.items():
+        tool_cells = [percent(e.tools.get("tools/call_rate")), percent(e.tools.get("tools/failed_frac")),
+                      percent(e.without_tools["accuracy"] if e.without_tools else None)] if tools else []
         table.add_row(
             label, f"{e.accuracy:.1%}", *[f"{e.by_level.get(level, float('nan')):.1%}" for level in levels],
-            *[percent(e.sampled.get(name)) for name in sampled], f"{e.shows_work:.0%}", f"{e.mean_length:.1f}",
+            *[percent(e.sampled.get(name)) for name in sampled], *tool_cells, f"{e.shows_work:.0%}", f"{e.mean_length:.1f}",
         )
         for mode, m in e.by_mode.items():  # a fused model: its prompts of each mode (per-level columns are of both)
             table.add_row(f"  {mode} prompts", f"{m['accuracy']:.1%}", *[""] * len(levels),
-                          *[percent(e.sampled_by_mode.get(mode, {}).get(name)) for name in sampled], f"{m['shows_work']:.0%}", f"{m['mean_length']:.1f}")
+                          *[percent(e.sampled_by_mode.get(mode, {}).get(name)) for name in sampled], *[""] * len(tool_cells),
+                          f"{m['shows_work']:.0%}", f"{m['mean_length']:.1f}")
     table.caption = "seconds: " + ", ".join(f"{k} {v}" for k, v in seconds.items())
     return table

@@ -21,6 +21,7 @@ dynamic sampling read: `correctness_term(terms)`, `Scores.correct_B`.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -30,7 +31,8 @@ from rlvr.algorithms import overlong_penalty
 from rlvr.config import ConfigError, RewardConfig
 from rlvr.data import Example
 from rlvr.errors import RunStopped
-from rlvr.verifiers.contract import Item, Reward, batch_columns, chat_completions, example_fields, resolve_reward, reward_from_callable
+from rlvr.verifiers.contract import (Item, Reward, as_reward, batch_columns, run_awaitable, chat_completions, example_fields, resolve_reward,
+                                    reward_from_callable)
 from rlvr.verifiers.pool import PoolTiming, VerifierPool
 
 
@@ -83,34 +85,43 @@ class RewardTerm:
         *,
         prompt_messages: list[list[dict[str, str]]] | None = None,
         completion_ids: list[list[int]] | None = None,
+        conversation: Conversation | None = None,
     ) -> TermScores:
-        """This term on every completion. `prompt_messages` and `completion_ids`: see score_completions.
-        On routed data (reward.route_field) a row that names another term gets None: not scored here,
-        and not missing either (its own term scores it)."""
+        """This term on every completion. `prompt_messages`, `completion_ids` and `conversation`: see
+        score_completions. On routed data (reward.route_field) a row that names another term gets None:
+        not scored here, and not missing either (its own term scores it)."""
         mine = [i for i, e in enumerate(examples) if route_of(e, self.route_field) in (None, self.name)]
         if len(mine) < len(examples):
             def pick(items):
                 return [items[i] for i in mine] if items is not None else None
-            part = self._score(pick(prompts), pick(completions), pick(examples), pick(lengths), pick(prompt_messages), pick(completion_ids)) \
+            part = self._score(pick(prompts), pick(completions), pick(examples), pick(lengths), pick(prompt_messages), pick(completion_ids),
+                               conversation.select(mine) if conversation is not None else None) \
                 if mine else TermScores([], pool=PoolTiming() if self.pool is not None else None)  # pooled: its time/verify/ keys every step
             return _scatter(part, mine, len(examples))
-        return self._score(prompts, completions, examples, lengths, prompt_messages, completion_ids)
+        return self._score(prompts, completions, examples, lengths, prompt_messages, completion_ids, conversation)
 
-    def _score(self, prompts, completions, examples, lengths, prompt_messages, completion_ids) -> TermScores:
+    def _score(self, prompts, completions, examples, lengths, prompt_messages, completion_ids, conversation=None) -> TermScores:
+        extra = conversation.columns() if conversation is not None else {}
         if self.batched:
             assert self.reward is not None
             chat = prompt_messages is not None
+            if conversation is not None:  # TRL: a tool rollout's completion is its messages, and environments= reach the function
+                chat_rows = conversation.messages
+                extra = {**extra, **({"environments": conversation.environments} if conversation.environments is not None else {})}
+            else:
+                chat_rows = chat_completions(completions) if chat else completions
             try:
                 values, errors = self.reward.call_batch(
-                    prompt_messages if chat else prompts, chat_completions(completions) if chat else completions,
-                    batch_columns(examples, lengths), completion_ids,
+                    prompt_messages if chat else prompts, chat_rows if chat or conversation is not None else completions,
+                    {**batch_columns(examples, lengths), **extra}, completion_ids,
                 )
             except Exception as err:  # the whole call failed: every row of the batch
                 message = f"{type(err).__name__}: {err}"
                 return TermScores([None] * len(completions), len(completions), message, failed=set(range(len(completions))))
             return TermScores.of_rows(values, errors)
+        rows = [{**example_fields(e), **{k: v[i] for k, v in extra.items()}} for i, e in enumerate(examples)]
         if self.pool is not None:
-            items = [Item(e.answer, example_fields(e)) for e in examples]
+            items = [Item(e.answer, row) for e, row in zip(examples, rows)]
             try:
                 result = self.pool.score(completions, items)
             except RuntimeError as err:  # the workers cannot run at all (not one bad item)
@@ -119,8 +130,50 @@ class RewardTerm:
             first = result.messages[0] if result.messages else None
             return TermScores(list(result.scores), result.errors, first, result.timeouts, failed, result.timing())
         assert self.reward is not None
-        values, errors = self.reward.score_items(completions, [e.answer for e in examples], [example_fields(e) for e in examples])
+        values, errors = self.reward.score_items(completions, [e.answer for e in examples], rows)
         return TermScores.of_rows(values, errors)
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """What reward terms see of multi-turn rollouts (rollout/multiturn.py's ToolTrace, as plain data):
+    each row's completion as chat messages, its tool calls and turns, its environment."""
+
+    messages: list[list[dict[str, Any]]]
+    tool_calls: list[list[dict[str, Any]]]  # {"name", "arguments", "outcome"} per call
+    turns: list[int]
+    environments: list[Any] | None = None
+
+    @staticmethod
+    def of(trace: Any) -> Conversation | None:
+        if trace is None:
+            return None
+        return Conversation(trace.conversations, trace.call_records(), trace.turns, trace.environments)
+
+    def select(self, rows: list[int]) -> Conversation:
+        return Conversation([self.messages[i] for i in rows], [self.tool_calls[i] for i in rows], [self.turns[i] for i in rows],
+                            [self.environments[i] for i in rows] if self.environments is not None else None)
+
+    def columns(self) -> dict[str, list[Any]]:
+        """The columns a function may ask for by name (per item: a parameter `tool_calls` or `turns`)."""
+        return {"tool_calls": self.tool_calls, "turns": self.turns}
+
+    def environment_rewards(self) -> dict[str, list[float | None]]:
+        """TRL's rule: an environment class with get_reward() is a reward term named after the class, of weight 1,
+        scoring the rows whose environment is exactly that class (None elsewhere)."""
+        if self.environments is None:
+            return {}
+        kinds = list(dict.fromkeys(type(e) for e in self.environments if e is not None and callable(getattr(e, "get_reward", None))))
+        return {kind.__name__: [_get_reward(e) if type(e) is kind else None for e in self.environments] for kind in kinds}
+
+
+def _get_reward(environment: Any) -> Any:
+    """An environment's reward, or what it raised (counted as that row's error, never the run's end)."""
+    try:
+        value = environment.get_reward()
+        return run_awaitable(value) if inspect.isawaitable(value) else value
+    except Exception as err:  # noqa: BLE001 - a user's environment may fail in any way
+        return err
 
 
 def build_reward_terms(cfg: RewardConfig) -> list[RewardTerm]:
@@ -315,6 +368,7 @@ def score_completions(
     *,
     prompt_messages: Sequence[list[dict[str, str]]] | None = None,
     completion_ids: Sequence[list[int]] | None = None,
+    trace: Any = None,
 ) -> Scores:
     """Every term on every completion, combined by weight (missing values: see the module doc).
 
@@ -323,6 +377,12 @@ def score_completions(
     `prompts` and each completion as `[{"role": "assistant", "content": text}]`, as TRL passes
     them. `completion_ids` (`rlvr.rollout.completion_id_lists`: EOS included, no padding) reach
     batched terms as TRL's `completion_ids`. Per-item verifiers always get the completion text.
+
+    `trace` (multi-turn rollouts: rollout.multiturn.ToolTrace): batched terms get each completion as
+    its messages (assistant turns with their tool_calls, tool results) and `environments=`; every
+    term may ask for the `tool_calls` and `turns` columns; an environment with get_reward() adds its
+    term (weight 1). The completion text per-item verifiers get is the model's own turns: a tool's
+    output is never judged as the model's answer.
     """
     n = len(completions)
     total_B = torch.zeros(n)
@@ -331,8 +391,9 @@ def score_completions(
     scores = Scores(total_B)
     messages = list(prompt_messages) if prompt_messages is not None else None
     ids = list(completion_ids) if completion_ids is not None else None
+    conversation = Conversation.of(trace)
     for term in terms:
-        t = term.score(prompts, completions, examples, lengths, prompt_messages=messages, completion_ids=ids)
+        t = term.score(prompts, completions, examples, lengths, prompt_messages=messages, completion_ids=ids, conversation=conversation)
         scores.terms[term.name] = t
         present_B = torch.tensor([v is not None for v in t.values], dtype=torch.bool)
         values_B = torch.tensor([float("nan") if v is None else v for v in t.values])
@@ -341,6 +402,14 @@ def score_completions(
             scored_B |= present_B
             if t.failed:
                 failed_B[sorted(t.failed)] = True
+    for name, values in (conversation.environment_rewards() if conversation is not None else {}).items():
+        t = _environment_scores(values)
+        scores.terms[name] = t
+        present_B = torch.tensor([v is not None for v in t.values], dtype=torch.bool)
+        total_B += torch.where(present_B, torch.tensor([float("nan") if v is None else v for v in t.values]), 0.0)
+        scored_B |= present_B
+        if t.failed:
+            failed_B[sorted(t.failed)] = True
     if cfg.overlong_buffer_frac > 0:
         buffer = max(1, round(cfg.overlong_buffer_frac * max_new_tokens))
         penalty_B = overlong_penalty(torch.tensor(lengths), max_new_tokens, buffer, cfg.overlong_penalty)
@@ -352,6 +421,23 @@ def score_completions(
         verdicts = routed_verdicts({name: t.values for name, t in scores.terms.items()}, examples, judge)
         scores.correct_B = torch.tensor([float("nan") if v is None else v for v in verdicts])
     return scores
+
+
+def _environment_scores(raw: list[Any]) -> TermScores:
+    values: list[float | None] = []
+    errors: list[str | None] = []
+    for value in raw:
+        if isinstance(value, BaseException):
+            values.append(None)
+            errors.append(f"get_reward() raised {type(value).__name__}: {value}"[:300])
+            continue
+        try:
+            values.append(None if value is None else as_reward(value))
+            errors.append(None)
+        except (TypeError, ValueError) as err:
+            values.append(None)
+            errors.append(f"get_reward() returned {value!r}: {err}")
+    return TermScores.of_rows(values, errors)
 
 
 def route_of(example: Example, route_field: str) -> str | None:

@@ -37,7 +37,8 @@ from rlvr.models import build_char_tokenizer, build_tiny_model, load_model, load
 from rlvr.report import write_report
 from rlvr.reward import route_of
 from rlvr.rollout.engines import set_weight_packing
-from rlvr.rollout.samplers import set_vllm_options
+from rlvr.rollout.multiturn import ToolSettings
+from rlvr.rollout.samplers import set_tool_options, set_vllm_options
 from rlvr.rollout.vllm_sampler import VLLMSettings, vllm_unavailable
 from rlvr.rollout.vllm_server import ServerError, server_info
 from rlvr.sources import resolve_model
@@ -57,6 +58,7 @@ def apply_run_settings(cfg: Config, threads: int | None = None) -> None:
     set_prompt_sharing(cfg.run.share_prompts)
     set_weight_packing(cfg.rollout.pack_weights)
     set_vllm_options(VLLMSettings.from_config(cfg.rollout), cfg.rollout.server_url, cfg.rollout.server_timeout_s)
+    set_tool_options(ToolSettings.from_config(cfg.rollout), cfg.data)
     retain_freed_memory(cfg.run.retain_freed_memory)
     configure_cpu_math()
 

@@ -60,8 +60,10 @@ def chunk_logprobs(model: PreTrainedModel, chunk: Rollouts, temperature: float, 
     score_chunk = getattr(model, "score_chunk", None)
     if score_chunk is not None:
         return score_chunk(chunk, temperature, with_entropy)
-    return completion_logprobs(model, chunk.prompt_ids_BP, chunk.prompt_mask_BP, chunk.completion_ids_BT, chunk.completion_mask_BT,
-                               temperature, with_entropy=with_entropy)
+    # A multi-turn row attends to its tool results but is scored on the tokens its policy sampled.
+    return completion_logprobs(model, chunk.prompt_ids_BP, chunk.prompt_mask_BP, chunk.completion_ids_BT, chunk.attention_mask_BT,
+                               temperature, with_entropy=with_entropy,
+                               score_mask_BT=chunk.completion_mask_BT if chunk.context_mask_BT is not None else None)
 
 
 def frozen_logprobs(model: PreTrainedModel, chunks: list[Rollouts], temperature: float) -> list[torch.Tensor]:
@@ -173,7 +175,7 @@ def plan_micro_batches(rollouts: Rollouts, advantages_B: torch.Tensor, include_B
     active = torch.arange(B, device=advantages_B.device)[include_B]
     if loss.kl_coef == 0.0 and loss.entropy_coef == 0.0:
         active = active[advantages_B[active] != 0]
-    prompt_len_B, completion_len_B = rollouts.prompt_mask_BP.sum(dim=1), rollouts.lengths_B
+    prompt_len_B, completion_len_B = rollouts.prompt_mask_BP.sum(dim=1), rollouts.spans_B  # what each row's forward costs
     active = active[torch.argsort(completion_len_B[active], stable=True)]
     parts = token_budget_batches(active, prompt_len_B + completion_len_B, settings.micro_batch_size, settings.micro_batch_tokens)
     if settings.bucket_overhead_tokens > 0:

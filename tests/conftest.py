@@ -20,14 +20,14 @@ INTEGRATION_FILES = {
     "test_distributed.py", "test_end_to_end.py", "test_evaluate.py", "test_golden.py", "test_gym.py", "test_import_gguf.py",
     "test_labs.py", "test_learner_group.py", "test_loop.py", "test_lora.py", "test_preset_runs.py", "test_recipe.py", "test_report.py",
     "test_resume.py", "test_rft.py", "test_sharded_checkpoint.py", "test_thinking.py", "test_trackers.py", "test_verify_pool.py",
-    "test_test_groups.py", "test_weight_sync.py", "test_vllm.py", "test_vllm_server.py",
+    "test_test_groups.py", "test_weight_sync.py", "test_vllm.py", "test_vllm_server.py", "test_tool_runs.py",
 }
 
 # Fixtures that build something several tests read (a trained run, a Ray cluster). Under
 # `make test` (-n 2 --dist loadgroup) every worker would build its own copy of a fixture one of its
 # tests needs; putting the tests that read one in one xdist group builds it once. Most expensive
 # first: a test that reads two joins the group of the first.
-SHARED_FIXTURES = ["cluster", "learner_cluster", "learners", "uninterrupted", "whole", "solvable_run", "toy_run", "reported_run", "think_run", "sharded_runs"]
+SHARED_FIXTURES = ["cluster", "tool_run", "learner_cluster", "learners", "uninterrupted", "whole", "solvable_run", "toy_run", "reported_run", "think_run", "sharded_runs"]
 
 
 def pytest_ignore_collect(collection_path, config):

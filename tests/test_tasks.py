@@ -92,7 +92,7 @@ def test_a_tasks_config_checks_keep_their_messages(overrides, message):
 
 def test_the_code_task_asks_the_tiny_tokenizer_for_code_fences():
     code = load_config(overrides=["data.source=code", 'reward.functions=["python_code"]'])
-    assert task_for(code).tiny_tokenizer(code) == {"thinking": False, "code": True}
+    assert task_for(code).tiny_tokenizer(code) == {"thinking": False, "code": True, "tools": False}
     think = load_config(overrides=["task.format=think"])
     assert task_for(think).tiny_tokenizer(think) == {"thinking": True, "code": False}
 

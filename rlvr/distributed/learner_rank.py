@@ -66,17 +66,17 @@ class ShardedScorer(torch.nn.Module):
         self.model = model
 
     def forward(self, prompt_ids_BP, prompt_mask_BP, completion_ids_BT, completion_mask_BT, temperature: float, with_entropy: bool,
-                adapters_off: bool = False):
+                adapters_off: bool = False, score_mask_BT=None):
         model = AdapterOffReference(self.model) if adapters_off else self.model
         scored = completion_logprobs(model, prompt_ids_BP, prompt_mask_BP, completion_ids_BT, completion_mask_BT, temperature,
-                                     with_entropy=with_entropy)
+                                     with_entropy=with_entropy, score_mask_BT=score_mask_BT)
         # Copies, not views: FSDP's pre-backward hook sits on the output, and an in-place op on a
         # view of it would drop the hook (FSDP2 warns about views).
         return tuple(t.clone() for t in scored) if with_entropy else scored.clone()
 
     def score_chunk(self, chunk: Rollouts, temperature: float, with_entropy: bool):
-        return self(chunk.prompt_ids_BP, chunk.prompt_mask_BP, chunk.completion_ids_BT, chunk.completion_mask_BT, temperature,
-                    with_entropy)
+        return self(chunk.prompt_ids_BP, chunk.prompt_mask_BP, chunk.completion_ids_BT, chunk.attention_mask_BT, temperature,
+                    with_entropy, score_mask_BT=scored_positions(chunk))
 
 
 @dataclass(frozen=True)
@@ -86,8 +86,13 @@ class ShardedAdaptersOff:
     scorer: ShardedScorer
 
     def score_chunk(self, chunk: Rollouts, temperature: float, with_entropy: bool):
-        return self.scorer(chunk.prompt_ids_BP, chunk.prompt_mask_BP, chunk.completion_ids_BT, chunk.completion_mask_BT, temperature,
-                           with_entropy, adapters_off=True)
+        return self.scorer(chunk.prompt_ids_BP, chunk.prompt_mask_BP, chunk.completion_ids_BT, chunk.attention_mask_BT, temperature,
+                           with_entropy, adapters_off=True, score_mask_BT=scored_positions(chunk))
+
+
+def scored_positions(chunk: Rollouts):
+    """A multi-turn chunk's sampled tokens (it attends to its tool results too); None: all it attends to."""
+    return chunk.completion_mask_BT if chunk.context_mask_BT is not None else None
 
 
 def shard(model: torch.nn.Module, mesh, cfg: Config, device: torch.device, *, frozen: bool = False) -> ShardedScorer:

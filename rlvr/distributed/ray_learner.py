@@ -49,9 +49,9 @@ from rlvr.distributed.workers import (
 )
 from rlvr.errors import RunStopped, UsageError
 from rlvr.distributed.learner_group import DistributedError, FirstWeights, LearnerGroup
-from rlvr.learner import Generation, LocalLearner
+from rlvr.learner import Generation, LocalLearner, row_messages
 from rlvr.sharded_checkpoint import is_sharded
-from rlvr.rollout import Rollouts, concat_rollouts
+from rlvr.rollout import Rollouts, ToolTrace, concat_rollouts
 
 
 def even_slices(n: int, parts: int) -> list[tuple[int, int]]:
@@ -228,7 +228,9 @@ class RayLearner:
         # In a list: Ray passes the reference, the worker fetches on a version change. None under
         # collective sync: the workers were sent this version already (or say they lack it).
         weights = [self.versions.get(self.version)]
-        sampled = [self.rollout[w].generate.remote(prompts[first:first + n], round_index, first, self.version, weights)
+        tools = self.cfg.rollout.multi_turn  # a conversation's sampler needs its examples
+        sampled = [self.rollout[w].generate.remote(prompts[first:first + n], round_index, first, self.version, weights,
+                                                   examples[first:first + n] if tools else None)
                    for w, (first, n) in enumerate(slices)]
         self.pending[round_index] = Round([e.prompt for e in examples], self.version, slices, sampled, None)
         self._score(self.pending[round_index], examples, prompts)
@@ -270,8 +272,11 @@ class RayLearner:
         rollouts = parts[0] if len(parts) == 1 else concat_rollouts(parts, self.pad_token_id)
         G = self.cfg.rollout.group_size
         per_row = [e for e in examples for _ in range(G)]
-        return Generation([p for p in prompts for _ in range(G)], rollouts, [t for s in sampled for t in s["texts"]],
-                          chat_prompts(self.tokenizer, per_row, self.cfg.data), scores=merge_scores([s["scores"] for s in scored]))
+        traces = [s.get("trace") for s in sampled]
+        trace = None if any(t is None for t in traces) else ToolTrace.concat(traces)
+        return Generation(trace.prompts if trace is not None else [p for p in prompts for _ in range(G)], rollouts,
+                          [t for s in sampled for t in s["texts"]], row_messages(self.tokenizer, per_row, self.cfg.data, trace),
+                          scores=merge_scores([s["scores"] for s in scored]), trace=trace)
 
     def _fetch_sampled(self, rnd: Round) -> list[dict]:
         """The round's slices as results: fetched where they are still references (one ray.get for all)."""

@@ -253,19 +253,24 @@ class RolloutWorker(StartedActor):
         """This worker's parameters, packed (what the driver compares in tests and checks by hand)."""
         return pack_weights({name: p.detach().cpu() for name, p in self.model.named_parameters()})
 
-    def generate(self, prompts: list[str], round_index: int, first: int, version: int, weights: list) -> dict[str, Any]:
-        """G completions of each of `prompts`, the prompts first .. first+len-1 of round `round_index`."""
+    def generate(self, prompts: list[str], round_index: int, first: int, version: int, weights: list,
+                 examples: list[Example] | None = None) -> dict[str, Any]:
+        """G completions of each of `prompts`, the prompts first .. first+len-1 of round `round_index`
+        (`examples`: theirs, which a multi-turn sampler needs: their rows reset the environments)."""
         load_s = self.load(version, weights)
         fault_point("rollout_generate")
         t0 = time.perf_counter()
         device = next(self.model.parameters()).device
         generators = group_generators(self.cfg.run.seed, round_index, len(prompts), device, first=first)
         with forward_precision(self.cfg, device):
-            sampled = self.sampler.sample(prompts, self.cfg.rollout.group_size, self.generator, generators)
+            sampled = self.sampler.sample(prompts, self.cfg.rollout.group_size, self.generator, generators, examples=examples)
         rollouts, texts = sampled.rollouts, sampled.texts
         rollouts = Rollouts(*(v.cpu() if isinstance(v, torch.Tensor) else v for v in (getattr(rollouts, f.name) for f in fields(rollouts))))
-        return {"rollouts": rollouts_to_dict(rollouts), "texts": texts, "generate_s": time.perf_counter() - t0, "load_s": load_s,
-                "pid": os.getpid(), "version": version}
+        out = {"rollouts": rollouts_to_dict(rollouts), "texts": texts, "generate_s": time.perf_counter() - t0, "load_s": load_s,
+               "pid": os.getpid(), "version": version}
+        if sampled.trace is not None:  # the conversations travel with their environments (get_reward reads their state)
+            out["trace"] = sampled.trace
+        return out
 
 
 class RewardWorker:
@@ -291,9 +296,12 @@ class RewardWorker:
         fault_point("reward_score")
         t0 = time.perf_counter()
         rollouts = rollouts_from_dict(sampled["rollouts"])
+        trace = sampled.get("trace")
         scores = score_completions(
-            self.terms, self.cfg.reward, prompts, sampled["texts"], examples, rollouts.lengths_B.tolist(), self.cfg.rollout.max_new_tokens,
-            prompt_messages=prompt_messages, completion_ids=completion_id_lists(rollouts),
+            self.terms, self.cfg.reward, trace.prompts if trace is not None else prompts, sampled["texts"], examples,
+            rollouts.lengths_B.tolist(), self.cfg.rollout.max_new_tokens,
+            prompt_messages=trace.prompt_messages if trace is not None else prompt_messages, completion_ids=completion_id_lists(rollouts),
+            trace=trace,
         )
         return {"scores": scores, "verify_s": time.perf_counter() - t0, "pid": os.getpid()}
 

@@ -9,6 +9,7 @@ or a script shows as text.
 from __future__ import annotations
 
 import html
+import json
 from datetime import datetime
 from pathlib import Path
 from typing import Iterable
@@ -36,7 +37,7 @@ th{background:#f6f6f6} td.num{text-align:right;font-variant-numeric:tabular-nums
 figure.plot{margin:1rem 0} figure.plot svg{max-width:100%;height:auto} figcaption{font-size:.8rem;color:#555}
 .verdict{border-left:4px solid #d93025;padding:.3rem .8rem;margin:.6rem 0;background:#fff8f7} .verdict b{display:block}
 .quiet{border-left:4px solid #188038;padding:.3rem .8rem;background:#f4fbf5}
-pre{white-space:pre-wrap;word-break:break-word;margin:0;font-size:.8rem} #samples td{max-width:420px}
+pre{white-space:pre-wrap;word-break:break-word;margin:0;font-size:.8rem} #samples td{max-width:420px} .tool{border-left:3px solid #999;padding-left:6px;margin:2px 0;color:#444} .call{font-size:.8rem;color:#245}
 .scroll{max-height:640px;overflow:auto;border:1px solid #e5e5e5} .scroll th{position:sticky;top:0}
 .controls{display:flex;gap:.8rem;align-items:center;margin:.5rem 0} .controls input{flex:1;padding:.3rem;font-size:.9rem}
 nav a{margin-right:.8rem;font-size:.85rem}
@@ -227,18 +228,38 @@ def _figures(runs: list[Run]) -> str:
     return "<h2 id='plots'>Plots</h2>" + "".join(parts) if parts else ""
 
 
+def _completion(s: dict) -> str:
+    """A completion's cell: its text, or a tool run's conversation, turn by turn: what the model wrote (its tool calls
+    marked), each tool's result (marked as the tool's, not the model's words)."""
+    conversation = s.get("conversation")
+    if not isinstance(conversation, list):
+        return f"<pre>{_e(s.get('completion', ''))}</pre>"
+    parts = []
+    for message in conversation:
+        if not isinstance(message, dict):
+            continue
+        if message.get("role") == "tool":
+            parts.append(f"<div class='tool'><b>tool {_e(message.get('name', ''))}</b><pre>{_e(str(message.get('content', '')))}</pre></div>")
+            continue
+        calls = "".join(f"<div class='call'>calls <code>{_e(str((c.get('function') or {}).get('name')))}"
+                        f"({_e(json.dumps((c.get('function') or {}).get('arguments')))})</code></div>"
+                        for c in message.get("tool_calls") or [] if isinstance(c, dict))
+        parts.append(f"<pre>{_e(str(message.get('content', '')))}</pre>{calls}")
+    return "".join(parts)
+
+
 def _sample_rows(runs: list[Run]) -> list[list[str]]:
     rows = []
     for run in runs:
         who = _e(run.name) if len(runs) > 1 else ""
         for s in run.samples[-MAX_RL_SAMPLES:]:
             rows.append((s.get("reward"), [who, f"RL step {_e(s.get('step'))}", f"<pre>{_e(s.get('prompt', ''))}</pre>",
-                                           f"<pre>{_e(s.get('completion', ''))}</pre>", _e(s.get("answer", "")), _num(s.get("reward")),
+                                           _completion(s), _e(s.get("answer", "")), _num(s.get("reward")),
                                            _num(s.get("advantage"))]))
         for evaluation, evaluated in run.eval_rows.items():
             for s in evaluated[:MAX_EVAL_ROWS]:
                 rows.append((s.get("reward"), [who, f"held-out {_e(evaluation)}", f"<pre>{_e(s.get('prompt', ''))}</pre>",
-                                               f"<pre>{_e(s.get('completion', ''))}</pre>", _e(s.get("answer", "")), _num(s.get("reward")), ""]))
+                                               _completion(s), _e(s.get("answer", "")), _num(s.get("reward")), ""]))
     return [[("full" if reward == 1.0 else "partial" if isinstance(reward, (int, float)) and reward > 0 else "none"), *cells]
             for reward, cells in rows]
 

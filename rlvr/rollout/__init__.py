@@ -9,7 +9,8 @@ sharing, EOS, compaction, sampling log-probs); `controls.py` stop strings and th
 from rlvr.rollout.engines import STATIC_MODEL_TYPES, StaticCacheEngine, TransformersEngine, make_engine, static_engine_unsupported
 from rlvr.rollout.generate import DecodingError, Rollouts, completion_id_lists, concat_rollouts, decode_completions, encode_prompts, generate, sample_next
 from rlvr.rollout.sampler import Completions, Sampler
-from rlvr.rollout.samplers import make_sampler, set_vllm_options
+from rlvr.rollout.multiturn import ToolSampler, ToolSettings, ToolTrace
+from rlvr.rollout.samplers import make_sampler, set_tool_options, set_vllm_options
 
 __all__ = [
     "STATIC_MODEL_TYPES",
@@ -17,6 +18,9 @@ __all__ = [
     "DecodingError",
     "Rollouts",
     "Sampler",
+    "ToolSampler",
+    "ToolSettings",
+    "ToolTrace",
     "StaticCacheEngine",
     "TransformersEngine",
     "completion_id_lists",
@@ -27,6 +31,7 @@ __all__ = [
     "make_engine",
     "make_sampler",
     "sample_next",
+    "set_tool_options",
     "set_vllm_options",
     "static_engine_unsupported",
 ]

@@ -33,26 +33,43 @@ class Rollouts:
     entropy_sum: float  # summed sampling entropy over generated tokens (for logging)
     sample_logp_BT: torch.Tensor | None = None  # log-prob of each token under the sampling distribution (0 on padding)
     forced_BT: torch.Tensor | None = None  # True where a thinking budget forced the token instead of sampling it
+    # Multi-turn rollouts (rollout/multiturn.py): 1 on every real token after the prompt, the tool results and
+    # template text between the model's turns included. The model attends to all of them; the loss, the KL and
+    # every per-token metric see only `completion_mask_BT`, the tokens the policy sampled. None: single-turn, the
+    # two masks are one.
+    context_mask_BT: torch.Tensor | None = None
 
     @property
     def lengths_B(self) -> torch.Tensor:
+        """Tokens the policy sampled per row (EOS included): what length metrics and penalties count."""
         return self.completion_mask_BT.sum(dim=1)
+
+    @property
+    def attention_mask_BT(self) -> torch.Tensor:
+        """The completion tokens the model attends to (sampled or not)."""
+        return self.completion_mask_BT if self.context_mask_BT is None else self.context_mask_BT
+
+    @property
+    def spans_B(self) -> torch.Tensor:
+        """Tokens after the prompt per row, tool results included: what a forward pass costs."""
+        return self.attention_mask_BT.sum(dim=1)
 
     def select(self, rows: torch.Tensor) -> "Rollouts":
         """A subset of rows, trimmed to the padding that subset needs."""
         prompt_mask = self.prompt_mask_BP[rows]
-        completion_mask = self.completion_mask_BT[rows]
+        span_mask = self.attention_mask_BT[rows]
         first = int((prompt_mask.sum(0) > 0).nonzero()[0]) if prompt_mask.any() else 0
-        last = int(completion_mask.sum(1).max()) if completion_mask.numel() else 0
+        last = int(span_mask.sum(1).max()) if span_mask.numel() else 0
         return Rollouts(
             self.prompt_ids_BP[rows, first:],
             prompt_mask[:, first:],
             self.completion_ids_BT[rows, :last],
-            completion_mask[:, :last],
+            self.completion_mask_BT[rows, :last],
             self.truncated_B[rows],
             0.0,
             self.sample_logp_BT[rows, :last] if self.sample_logp_BT is not None else None,
             self.forced_BT[rows, :last] if self.forced_BT is not None else None,
+            self.context_mask_BT[rows, :last] if self.context_mask_BT is not None else None,
         )
 
 
@@ -77,16 +94,21 @@ def concat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
         sum(r.entropy_sum for r in parts),
         torch.cat([pad(r.sample_logp_BT, T, 0, left=False) for r in parts]) if all(r.sample_logp_BT is not None for r in parts) else None,
         torch.cat([pad(r.forced_BT.long(), T, 0, left=False).bool() for r in parts]) if all(r.forced_BT is not None for r in parts) else None,
+        None if all(r.context_mask_BT is None for r in parts) else torch.cat([pad(r.attention_mask_BT, T, 0, left=False) for r in parts]),
     )
 
 
 def encode_prompts(tokenizer: PreTrainedTokenizerBase, prompts: list[str], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """Left-padded (ids, mask), each (B, P). Chat templates already carry their special tokens."""
-    encoded = [tokenizer.encode(p, add_special_tokens=False) for p in prompts]
+    return pad_left([tokenizer.encode(p, add_special_tokens=False) for p in prompts], tokenizer.pad_token_id, device)
+
+
+def pad_left(encoded: list[list[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token-id prompts as left-padded (ids, mask), each (B, P)."""
     if any(len(ids) == 0 for ids in encoded):
         raise ValueError("a prompt encodes to zero tokens")
     width = max(len(ids) for ids in encoded)
-    ids = torch.full((len(encoded), width), tokenizer.pad_token_id, dtype=torch.long)
+    ids = torch.full((len(encoded), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(encoded), width), dtype=torch.long)
     for row, seq in enumerate(encoded):
         ids[row, width - len(seq) :] = torch.tensor(seq)
@@ -161,6 +183,7 @@ def generate(
     compact: bool = True,
     stops: list[list[int]] = (),
     thinking: ThinkingBudget | None = None,
+    limits_B: torch.Tensor | None = None,
 ) -> Rollouts:
     """Sample `group_size` completions of each of the N prompts (rows g*G .. g*G+G-1 answer
     prompt g) as `sampling` says, decoding until every row has emitted EOS or a stop sequence, or
@@ -170,7 +193,9 @@ def generate(
     marked in `forced_BT`). `generators` (one per prompt) gives each
     prompt's G samples their own random stream instead of sharing `generator`: a prompt's
     completions then do not depend on which other prompts share its batch (how a batch is split
-    across rollout workers), only on its own seed.
+    across rollout workers), only on its own seed. `limits_B` (at most sampling.max_new_tokens each)
+    caps each row's own tokens: a multi-turn row's later turns get what its budget has left, and a
+    row stops drawing at its own limit, so its stream never depends on another row's budget.
 
     Work is not repeated: each prompt is prefilled once and its KV cache shared by its G samples;
     rows that have finished leave the batch (`compact`: whenever they are a quarter of it, since
@@ -198,6 +223,7 @@ def generate(
         pos_A = prompt_mask_BP.sum(dim=1) - 1  # position of each row's last prompt token
         done_A = torch.zeros(B, dtype=torch.bool, device=device)
         end_B = torch.full((B,), -1, dtype=torch.long, device=device)  # the position each row ended at (EOS or a stop); -1: not yet
+        limit_B = torch.full((B,), max_new_tokens, dtype=torch.long, device=device) if limits_B is None else limits_B.to(device)
         tokens_BT = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=device)
         sample_logp_BT = torch.zeros((B, max_new_tokens), device=device)
         entropy_sum, steps = torch.zeros((), device=device), 0
@@ -237,6 +263,8 @@ def generate(
             if thinking is not None:
                 thinking.observe(tokens_BT, rows_A, t, ~done_A, forced_A)
             done_A = done_A | ended_A
+            if limits_B is not None:  # a row at its own limit is done (truncated: it ended on no EOS)
+                done_A = done_A | (limit_B[rows_A] <= t + 1)
             finished = int(done_A.sum())
             if finished == len(done_A) or t == max_new_tokens - 1:
                 break  # (after the last token, its successor's logits would go unused)
@@ -252,7 +280,8 @@ def generate(
         # kept, so the model learns (and is credited for) stopping.
         truncated_B = end_B < 0
         positions_T = torch.arange(steps, device=device)
-        completion_mask_BT = (truncated_B.unsqueeze(1) | (positions_T.unsqueeze(0) <= end_B.unsqueeze(1))).long()
+        completion_mask_BT = ((truncated_B.unsqueeze(1) & (positions_T.unsqueeze(0) < limit_B.unsqueeze(1)))
+                              | (positions_T.unsqueeze(0) <= end_B.unsqueeze(1))).long()
         forced_BT = thinking.forced_BT[:, :steps] & completion_mask_BT.bool() if thinking is not None and thinking.forced_BT is not None else None
         return Rollouts(prompt_ids_BP, prompt_mask_BP, completion_ids_BT, completion_mask_BT, truncated_B, float(entropy_sum),
                         sample_logp_BT[:, :steps] * completion_mask_BT, forced_BT)
@@ -262,12 +291,13 @@ def generate(
 
 def completion_id_lists(rollouts: Rollouts) -> list[list[int]]:
     """Each completion's token ids, EOS included, padding not: the `completion_ids` TRL hands to
-    reward functions."""
-    return [[t for t, m in zip(ids, mask) if m] for ids, mask in zip(rollouts.completion_ids_BT.tolist(), rollouts.completion_mask_BT.tolist())]
+    reward functions (a multi-turn row's tool results included, as TRL's are)."""
+    return [[t for t, m in zip(ids, mask) if m] for ids, mask in zip(rollouts.completion_ids_BT.tolist(), rollouts.attention_mask_BT.tolist())]
 
 
 def decode_completions(tokenizer: PreTrainedTokenizerBase, rollouts: Rollouts) -> list[str]:
-    """Completion texts without EOS or padding (what the verifier judges)."""
+    """Completion texts without EOS or padding (what the verifier judges): the tokens the policy
+    sampled, so a multi-turn row's tool results are never judged as the model's words."""
     texts = []
     for ids, mask in zip(rollouts.completion_ids_BT.tolist(), rollouts.completion_mask_BT.tolist()):
         kept = [t for t, m in zip(ids, mask) if m and t != tokenizer.eos_token_id]

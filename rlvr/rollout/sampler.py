@@ -16,12 +16,13 @@ is what every caller scores (reward terms take its prompts, texts, lengths and c
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from rlvr.rollout.controls import ThinkingBudget, encode_stops, token_ids
-from rlvr.rollout.generate import Rollouts, completion_id_lists, decode_completions, encode_prompts, generate
+from rlvr.rollout.generate import Rollouts, completion_id_lists, decode_completions, encode_prompts, generate, pad_left
 from rlvr.sampling import InvalidSampling, Sampling
 
 
@@ -31,7 +32,8 @@ class Completions:
 
     prompts: list[str]  # the formatted prompt of every row
     rollouts: Rollouts
-    texts: list[str]  # the decoded completions, without EOS or padding
+    texts: list[str]  # the decoded completions, without EOS or padding (a conversation: the model's own turns)
+    trace: Any = None  # multi-turn rollouts: their conversations, tool calls and environments (rollout.multiturn.ToolTrace)
 
     @property
     def lengths(self) -> list[int]:
@@ -75,7 +77,7 @@ class Sampler:
         """Nothing to free before an update: rlvr's engine holds no memory between samplings."""
 
     def sample(self, prompts: list[str], group_size: int = 1, generator: torch.Generator | None = None,
-               generators: list[torch.Generator] | None = None) -> Completions:
+               generators: list[torch.Generator] | None = None, examples: list | None = None) -> Completions:
         """`group_size` completions of each prompt, drawn from `generator`, or each prompt's from its
         own of `generators` (rollout.seeding = "group"); greedy ones need neither."""
         tokenizer = self.tokenizer
@@ -85,6 +87,18 @@ class Sampler:
                             generator=generator, generators=generators, group_size=group_size, engine=self.engine,
                             stops=self.stops, thinking=self._thinking(prompts, group_size, device))
         return Completions([p for p in prompts for _ in range(group_size)], rollouts, decode_completions(tokenizer, rollouts))
+
+    def sample_ids(self, prompt_ids: list[list[int]], group_size: int = 1, generator: torch.Generator | None = None,
+                   generators: list[torch.Generator] | None = None, limits: list[int] | None = None) -> Rollouts:
+        """`sample` on prompts given as token ids (a conversation's later turns continue from exactly
+        the tokens it holds, never from re-tokenized text). `limits`: each prompt's most new tokens
+        (at most sampling.max_new_tokens), shared by its `group_size` rows."""
+        device = next(self.model.parameters()).device
+        ids, mask = pad_left(prompt_ids, self.tokenizer.pad_token_id, device)
+        limits_B = None if limits is None else torch.tensor(limits, dtype=torch.long, device=device).repeat_interleave(group_size)
+        return generate(self.model, ids, mask, self.sampling, eos_id=self.tokenizer.eos_token_id, pad_id=self.tokenizer.pad_token_id,
+                        generator=generator, generators=generators, group_size=group_size, engine=self.engine, stops=self.stops,
+                        limits_B=limits_B)
 
     def _thinking(self, prompts: list[str], group_size: int, device: torch.device) -> ThinkingBudget | None:
         """The per-row thinking-budget state of a batch, when the sampling has a budget."""

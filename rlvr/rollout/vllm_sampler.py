@@ -114,6 +114,7 @@ class Request:
     prompt_ids: list[int]
     seed: int | None
     n: int
+    max_tokens: int | None = None  # None: sampling.max_new_tokens (a conversation's later turns get what is left)
 
 
 def requests_for(tokenizer: PreTrainedTokenizerBase, prompts: list[str], group_size: int, sampling: Sampling,
@@ -121,8 +122,13 @@ def requests_for(tokenizer: PreTrainedTokenizerBase, prompts: list[str], group_s
     encoded = [tokenizer.encode(p, add_special_tokens=False) for p in prompts]
     if any(len(ids) == 0 for ids in encoded):
         raise ValueError("a prompt encodes to zero tokens")
-    return [Request(ids, None if sampling.greedy else prompt_seed(g, generator, generators), group_size)
-            for g, ids in enumerate(encoded)]
+    return requests_for_ids(encoded, group_size, sampling, generator, generators)
+
+
+def requests_for_ids(encoded: list[list[int]], group_size: int, sampling: Sampling, generator: torch.Generator | None,
+                     generators: list[torch.Generator] | None, limits: list[int] | None = None) -> list[Request]:
+    return [Request(ids, None if sampling.greedy else prompt_seed(g, generator, generators), group_size,
+                    None if limits is None else limits[g]) for g, ids in enumerate(encoded)]
 
 
 def prompt_seed(g: int, generator: torch.Generator | None, generators: list[torch.Generator] | None) -> int:
@@ -132,10 +138,10 @@ def prompt_seed(g: int, generator: torch.Generator | None, generators: list[torc
     return int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device if generator is not None else None))
 
 
-def sampling_params(sampling: Sampling, eos_id: int, seed: int | None, n: int) -> dict[str, Any]:
+def sampling_params(sampling: Sampling, eos_id: int, seed: int | None, n: int, max_tokens: int | None = None) -> dict[str, Any]:
     """vLLM's SamplingParams, as keyword arguments (the server takes the same names in JSON)."""
     params: dict[str, Any] = {
-        "n": n, "max_tokens": sampling.max_new_tokens, "logprobs": 0, "ignore_eos": True, "stop_token_ids": [eos_id],
+        "n": n, "max_tokens": sampling.max_new_tokens if max_tokens is None else max_tokens, "logprobs": 0, "ignore_eos": True, "stop_token_ids": [eos_id],
         "skip_special_tokens": False, "spaces_between_special_tokens": False,
     }
     if sampling.greedy:
@@ -371,7 +377,7 @@ class ColocatedEngine:
     def generate(self, requests: list[Request], sampling: Sampling, eos_id: int) -> list[list[Sample]]:
         from vllm import SamplingParams
 
-        params = [SamplingParams(**sampling_params(sampling, eos_id, r.seed, r.n)) for r in requests]
+        params = [SamplingParams(**sampling_params(sampling, eos_id, r.seed, r.n, r.max_tokens)) for r in requests]
         outputs = self.llm.generate([{"prompt_token_ids": r.prompt_ids} for r in requests], params, use_tqdm=False,
                                     lora_request=self.adapter)
         return [[Sample(list(c.token_ids), [_chosen_logprob(step, tok) for step, tok in zip(c.logprobs or [], c.token_ids)],
@@ -443,7 +449,7 @@ class VLLMSampler:
         self.engine.rest()
 
     def sample(self, prompts: list[str], group_size: int = 1, generator: torch.Generator | None = None,
-               generators: list[torch.Generator] | None = None) -> Completions:
+               generators: list[torch.Generator] | None = None, examples: list | None = None) -> Completions:
         self.engine = colocated_engine(self.model, self.tokenizer, self.settings)  # the same one, unless another shape replaced it
         if self.engine.needs(self.model):
             self.engine.push(self.model)
@@ -452,11 +458,25 @@ class VLLMSampler:
         samples = self.engine.generate(requests, self.sampling, tokenizer.eos_token_id)
         return completions_from(self.tokenizer, prompts, requests, samples, self.sampling, next(self.model.parameters()).device)
 
+    def sample_ids(self, prompt_ids: list[list[int]], group_size: int = 1, generator: torch.Generator | None = None,
+                   generators: list[torch.Generator] | None = None, limits: list[int] | None = None) -> Rollouts:
+        """`Sampler.sample_ids`: token-id prompts (a conversation's later turns), each its own most new tokens."""
+        self.engine = colocated_engine(self.model, self.tokenizer, self.settings)
+        if self.engine.needs(self.model):
+            self.engine.push(self.model)
+        requests = requests_for_ids(prompt_ids, group_size, self.sampling, generator, generators, limits)
+        samples = self.engine.generate(requests, self.sampling, self.tokenizer.eos_token_id)
+        return rollouts_on(rollouts_from(requests, samples, self.tokenizer.pad_token_id, self.sampling.max_new_tokens),
+                           next(self.model.parameters()).device)
+
+
+def rollouts_on(rollouts: Rollouts, device: torch.device) -> Rollouts:
+    return Rollouts(*(value.to(device) if isinstance(value, torch.Tensor) else value
+                      for value in (getattr(rollouts, f.name) for f in dataclasses.fields(Rollouts))))
+
 
 def completions_from(tokenizer: PreTrainedTokenizerBase, prompts: list[str], requests: list[Request], samples: list[list[Sample]],
                      sampling: Sampling, device: torch.device) -> Completions:
-    rollouts = rollouts_from(requests, samples, tokenizer.pad_token_id, sampling.max_new_tokens)
-    rollouts = Rollouts(*(value.to(device) if isinstance(value, torch.Tensor) else value
-                          for value in (getattr(rollouts, f.name) for f in dataclasses.fields(Rollouts))))
+    rollouts = rollouts_on(rollouts_from(requests, samples, tokenizer.pad_token_id, sampling.max_new_tokens), device)
     G = requests[0].n if requests else 1
     return Completions([p for p in prompts for _ in range(G)], rollouts, decode_completions(tokenizer, rollouts))

@@ -46,7 +46,9 @@ from rlvr.architecture import base_model
 from rlvr.config import ConfigError
 from rlvr.errors import RunStopped, UsageError
 from rlvr.rollout.sampler import Completions
-from rlvr.rollout.vllm_sampler import Request, Sample, checkpoint_weights, completions_from, refuse_unsupported, requests_for, sampling_params
+from rlvr.rollout.generate import Rollouts
+from rlvr.rollout.vllm_sampler import (Request, Sample, checkpoint_weights, completions_from, refuse_unsupported, requests_for,
+                                       requests_for_ids, rollouts_on, sampling_params)
 from rlvr.sampling import Sampling
 
 GO_ON = ("restart it (the same `rlvr serve MODEL_OR_RUN` command), then resume the run from its last checkpoint: "
@@ -278,7 +280,7 @@ class ServerLink:
         """Every request at once (the server batches what arrives together); each one's samples."""
         def one(r: Request) -> list[Sample]:
             body = {"model": self.model_name, "prompt": r.prompt_ids, "return_token_ids": True,
-                    **sampling_params(sampling, eos_id, r.seed, r.n)}
+                    **sampling_params(sampling, eos_id, r.seed, r.n, r.max_tokens)}
             answer = call(self.url, "/v1/completions", body, self.timeout_s, doing="a sampling request")
             return [_sample(choice, self.url) for choice in sorted(answer["choices"], key=lambda c: c["index"])]
 
@@ -346,7 +348,7 @@ class ServerSampler:
         return weight_versions(self.link.url, self.timeout_s)
 
     def sample(self, prompts: list[str], group_size: int = 1, generator: torch.Generator | None = None,
-               generators: list[torch.Generator] | None = None) -> Completions:
+               generators: list[torch.Generator] | None = None, examples: list | None = None) -> Completions:
         requests = requests_for(self.tokenizer, prompts, group_size, self.sampling, generator, generators)
 
         def run(link: ServerLink) -> list[list[Sample]]:
@@ -356,3 +358,17 @@ class ServerSampler:
 
         self.link, samples = self._linked(run)
         return completions_from(self.tokenizer, prompts, requests, samples, self.sampling, next(self.model.parameters()).device)
+
+    def sample_ids(self, prompt_ids: list[list[int]], group_size: int = 1, generator: torch.Generator | None = None,
+                   generators: list[torch.Generator] | None = None, limits: list[int] | None = None) -> Rollouts:
+        """`Sampler.sample_ids`: token-id prompts (a conversation's later turns), each its own most new tokens."""
+        requests = requests_for_ids(prompt_ids, group_size, self.sampling, generator, generators, limits)
+
+        def run(link: ServerLink) -> list[list[Sample]]:
+            if link.needs(self.model):
+                link.push(self.model)
+            return link.generate(requests, self.sampling, self.tokenizer.eos_token_id)
+
+        self.link, samples = self._linked(run)
+        return rollouts_on(rollouts_from(requests, samples, self.tokenizer.pad_token_id, self.sampling.max_new_tokens),
+                           next(self.model.parameters()).device)

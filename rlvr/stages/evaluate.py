@@ -26,6 +26,7 @@ nothing else in a run. Completions are judged as rejection sampling judges them 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -40,7 +41,8 @@ from rlvr.files import atomic_write_text
 from rlvr.data import Example, format_prompt
 from rlvr.metrics import PhaseBar
 from rlvr.reward import RewardTerm
-from rlvr.rollout import make_sampler
+from rlvr.rollout import ToolTrace, make_sampler
+from rlvr.rollout.samplers import PROCESS_TOOLS
 from rlvr.rollout.sampler import opens_thinking
 from rlvr.sampling import InvalidSampling, Sampling
 from rlvr.stages.estimators import bootstrap_intervals, maj_at_k, pass_at_k
@@ -103,6 +105,8 @@ class EvalResult:
     length_by_level: dict[str, float] = field(default_factory=dict)  # mean greedy completion length per level
     by_mode: dict[str, dict[str, float | None]] = field(default_factory=dict)  # problems with a mode (the fused task): greedy figures per mode
     sampled_by_mode: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    tools: dict[str, float] = field(default_factory=dict)  # runs with tools: the greedy conversations' tools/* figures
+    without_tools: dict | None = None  # runs with tools (eval.tool_control): greedy accuracy with no tool offered
     samples: list[dict] = field(default_factory=list)  # one greedy completion per problem, with its verdict
     sampled_rows: list[dict] = field(default_factory=list)  # every sampled completion, with its verdict and answer
 
@@ -135,20 +139,23 @@ class _Decoded:
     lengths: list[int]
     verdicts: list[float | None]  # the correctness term's
     terms: dict[str, list[float | None]]  # every other term's, by name
+    trace: ToolTrace | None = None  # a run with tools: the conversations
 
 
 class _Evaluation:
     """What one `evaluate` call shares: the model, the problems in decoding order, the terms."""
 
     def __init__(self, model, tokenizer, examples: list[Example], data_cfg: DataConfig, cfg: EvalConfig, correctness: RewardTerm,
-                 others: list[RewardTerm], bar: PhaseBar, sampling: Sampling, engine: str, thinking: ThinkingConfig | None) -> None:
+                 others: list[RewardTerm], bar: PhaseBar, sampling: Sampling, engine: str, thinking: ThinkingConfig | None,
+                 tools: object = PROCESS_TOOLS) -> None:
         self.tokenizer, self.examples, self.data_cfg, self.cfg = tokenizer, examples, data_cfg, cfg
         self.correctness, self.others, self.bar = correctness, others, bar
         self.device = next(model.parameters()).device
         self.prompts = [format_prompt(tokenizer, e, data_cfg) for e in examples]
         self.order = sorted(range(len(examples)), key=lambda i: len(self.prompts[i]))  # similar lengths decode together
         try:  # before any decoding: a thinking budget's tags as this tokenizer spells them
-            self.greedy, self.sampler = make_sampler(model, tokenizer, sampling.as_greedy(), engine), make_sampler(model, tokenizer, sampling, engine)
+            self.greedy = make_sampler(model, tokenizer, sampling.as_greedy(), engine, tools=tools, data_cfg=data_cfg)
+            self.sampler = make_sampler(model, tokenizer, sampling, engine, tools=tools, data_cfg=data_cfg)
         except InvalidSampling as err:
             raise ConfigError(f"thinking.forced: {err.why}") from None
         self.opens = [thinking is not None and opens_thinking(p, thinking.open, thinking.close) for p in self.prompts]
@@ -156,11 +163,11 @@ class _Evaluation:
     def decode(self, rows: list[int], group_size: int, generator: torch.Generator | None) -> _Decoded:
         """`group_size` completions of each of `rows` (greedy without a generator), judged by every term."""
         sampler = self.greedy if generator is None else self.sampler
-        completions = sampler.sample([self.prompts[i] for i in rows], group_size, generator)
+        completions = sampler.sample([self.prompts[i] for i in rows], group_size, generator, examples=[self.examples[i] for i in rows])
         judged = judge(completions, [self.examples[i] for i in rows for _ in range(group_size)], self.correctness, self.others,
                        self.tokenizer, self.data_cfg)
         self.bar.advance()
-        return _Decoded(completions.texts, completions.lengths, judged.verdicts, judged.terms)
+        return _Decoded(completions.texts, completions.lengths, judged.verdicts, judged.terms, completions.trace)
 
     def batches(self, per_batch: int):
         for start in range(0, len(self.order), per_batch):
@@ -181,6 +188,7 @@ def evaluate(
     seed: int = 0,
     others: list[RewardTerm] | None = None,
     thinking: ThinkingConfig | None = None,
+    tools: object = PROCESS_TOOLS,
 ) -> EvalResult:
     """Greedy completions of `examples` and, with cfg.samples = N, N sampled ones each, judged by
     the correctness term (`reward.correctness`: `rlvr.reward.correctness_term`). `sampling`: how
@@ -188,19 +196,25 @@ def evaluate(
     greedy for the one completion per problem). `seed` seeds the sampling generator (the same seed
     gives every model the same random numbers). `others`: more reward terms whose mean over the
     greedy and the sampled completions is reported (`terms`). `thinking`: the thinking tags, for
-    the share of well-formed blocks and their length."""
+    the share of well-formed blocks and their length. `tools`: the tool settings (default: this
+    process's, rollout.tools; None: single-turn). With tools, the greedy conversations' tools/*
+    figures are reported (`tools`, each sample's `conversation`), and with eval.tool_control the
+    greedy accuracy of the same model with no tool offered (`without_tools`)."""
     if cfg.max_problems:
         examples = examples[: cfg.max_problems]
-    run = _Evaluation(model, tokenizer, examples, data_cfg, cfg, correctness, list(others or []), bar, sampling, engine, thinking)
+    run = _Evaluation(model, tokenizer, examples, data_cfg, cfg, correctness, list(others or []), bar, sampling, engine, thinking, tools)
     greedy_verdicts: list[float | None] = [None] * len(examples)
     texts, lengths = [""] * len(examples), [0] * len(examples)
     term_values: dict[str, list[float | None]] = {t.name: [None] * len(examples) for t in run.others}
+    traces: list[tuple[list[int], ToolTrace]] = []
     for rows in run.batches(cfg.batch_size):
         d = run.decode(rows, 1, None)
         for j, row in enumerate(rows):
             texts[row], lengths[row], greedy_verdicts[row] = d.texts[j], d.lengths[j], d.verdicts[j]
             for name, values in d.terms.items():
                 term_values[name][row] = values[j]
+        if d.trace is not None:
+            traces.append((rows, d.trace))
     correct = [v or 0.0 for v in greedy_verdicts]
     n = max(len(examples), 1)
     result = EvalResult(
@@ -218,6 +232,15 @@ def evaluate(
     )
     for row, sample in enumerate(result.samples):
         sample.update({name: values[row] for name, values in term_values.items()})
+    if traces:
+        result.tools = ToolTrace.concat([t for _, t in traces]).metrics()
+        for rows, trace in traces:
+            for j, row in enumerate(rows):
+                result.samples[row]["conversation"] = trace.conversations[j]
+        if cfg.tool_control:
+            control = evaluate(model, tokenizer, examples, data_cfg, dataclasses.replace(cfg, samples=0, tool_control=False), correctness,
+                               PhaseBar(None, None), sampling, engine, seed, None, thinking, tools=None)
+            result.without_tools = {"accuracy": control.accuracy, "by_level": control.by_level, "mean_length": control.mean_length}
     if thinking is not None:
         blocks = [thinking_block(t, thinking.open, thinking.close, opened) for t, opened in zip(texts, run.opens)]
         if any(opened for opened in run.opens) or any(thinking.open in t or thinking.close in t for t in texts):
@@ -378,6 +401,10 @@ def headline(result: EvalResult) -> str:
         return f"{name} {value:.1%}" + (f" [{interval[0]:.1%}, {interval[1]:.1%}]" if interval else "")
 
     parts = [with_interval("accuracy")] + [with_interval(name) for name in key_figures(result.sampled)]
+    if result.tools:
+        parts.append(f"tool calls {result.tools['tools/call_rate']:.0%} of problems ({result.tools['tools/failed_frac']:.0%} of calls failed)")
+    if result.without_tools is not None:
+        parts.append(f"without tools {result.without_tools['accuracy']:.1%}")
     for term, means in result.terms.items():
         parts += [f"{term} {where} {value:.3f}" for where, value in means.items() if value is not None]
     return "  ".join(parts)

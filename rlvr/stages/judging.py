@@ -13,7 +13,7 @@ from transformers import PreTrainedTokenizerBase
 
 from rlvr.config import DataConfig
 from rlvr.data import Example, chat_prompts
-from rlvr.reward import RewardTerm, routed_verdicts
+from rlvr.reward import Conversation, RewardTerm, routed_verdicts
 from rlvr.rollout import Completions
 
 
@@ -27,7 +27,9 @@ def judge(completions: Completions, examples: list[Example], correctness: Reward
           tokenizer: PreTrainedTokenizerBase, data_cfg: DataConfig) -> Judged:
     """Score every row of `completions` (`examples`: each row's problem) with the correctness term
     and `others`; the verdict of a routed row is its own term's (reward.route_field)."""
-    context = {"prompt_messages": chat_prompts(tokenizer, examples, data_cfg), "completion_ids": completions.completion_ids()}
+    trace = completions.trace  # a tool run: each row's conversation, as RL's reward terms see it
+    context = {"prompt_messages": trace.prompt_messages if trace is not None else chat_prompts(tokenizer, examples, data_cfg),
+               "completion_ids": completions.completion_ids(), "conversation": Conversation.of(trace)}
     lengths = completions.lengths
     scores = {t.name: t.score(completions.prompts, completions.texts, examples, lengths, **context).values for t in [correctness, *others]}
     verdicts = routed_verdicts(scores, examples, correctness)

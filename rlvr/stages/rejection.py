@@ -101,7 +101,7 @@ def rejection_sample(
     for start in range(0, len(order), per_batch):
         rows = order[start : start + per_batch]
         batch = [examples[i] for i in rows]
-        completions = sampler.sample([prompts[i] for i in rows], k, generator)
+        completions = sampler.sample([prompts[i] for i in rows], k, generator, examples=batch)
         texts, lengths, truncated = completions.texts, completions.lengths, completions.rollouts.truncated_B.tolist()
         per_row = [e for e in batch for _ in range(k)]
         routes = {route_of(e, correctness.route_field) for e in per_row} - {None}
@@ -120,7 +120,10 @@ def rejection_sample(
                 tally["distinct_verified"] += len({texts[i].strip() for i in ended})
                 tally["kept"] += len(chosen)
                 tally["prompts_without_survivor"] += not chosen
-            kept[row] = [as_data_row(e, data_cfg, text, source_model=source, sample=s, completion_tokens=n) for s, text, n in chosen]
+            trace = completions.trace  # a tool run's survivors keep their conversations (tool calls and results)
+            kept[row] = [as_data_row(e, data_cfg, text, source_model=source, sample=s, completion_tokens=n,
+                                     **({"conversation": trace.conversations[j * k + s]} if trace is not None else {}))
+                         for s, text, n in chosen]
         bar.advance()
     no_survivor = [examples[i].prompt for i in range(len(examples)) if not kept.get(i)]
     total = dict(counts.pop("total", {}))

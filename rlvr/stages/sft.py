@@ -26,9 +26,30 @@ from rlvr.metrics import PhaseBar
 from rlvr.optim import new_adamw
 
 
+@dataclass(frozen=True)
+class TokenTarget:
+    """A target given as tokens, some of them context the model reads but is not trained to write: a
+    conversation's tool results between its turns (rollout.multiturn.ToolRenderer.sft_pair)."""
+
+    ids: list[int]
+    trained: list[bool]
+
+
 def encode_targets(tokenizer: PreTrainedTokenizerBase, targets: list[str]) -> list[list[int]]:
     """Token ids of each target followed by EOS (the model must learn to stop)."""
     return [ids + [tokenizer.eos_token_id] for ids in tokenizer(targets, add_special_tokens=False)["input_ids"]]
+
+
+def _encoded(tokenizer: PreTrainedTokenizerBase, items: list, targets: bool) -> list:
+    """Strings encoded in one call; token lists (and TokenTargets) as they are."""
+    texts = [i for i, item in enumerate(items) if isinstance(item, str)]
+    out = list(items)
+    if texts:
+        encoded = encode_targets(tokenizer, [items[i] for i in texts]) if targets else \
+            tokenizer([items[i] for i in texts], add_special_tokens=False)["input_ids"]
+        for i, ids in zip(texts, encoded):
+            out[i] = TokenTarget(ids, [True] * len(ids)) if targets else ids
+    return out
 
 
 def pad_right(seqs: list[list[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -41,15 +62,19 @@ def pad_right(seqs: list[list[int]], pad_id: int, device: torch.device) -> tuple
     return ids.to(device), mask.to(device)
 
 
-def joined_rows(prompt_ids: list[list[int]], target_ids: list[list[int]], pad_id: int, device: torch.device):
+def joined_rows(prompt_ids: list[list[int]], target_ids: list[list[int]], pad_id: int, device: torch.device,
+                trained: list[list[bool]] | None = None):
     """Each row's prompt and target written as one sequence, right-padded to the longest:
     (ids, attention mask, target mask), each (B, L). One row is as wide as its prompt plus its
     target, so a short prompt is not padded to the longest prompt (as a left-padded prompt block
-    followed by a target block would be)."""
+    followed by a target block would be). `trained`: which target tokens are scored (default all)."""
     ids, mask = pad_right([p + t for p, t in zip(prompt_ids, target_ids)], pad_id, device)
     target = torch.zeros_like(mask, dtype=torch.bool)
     for row, (p, t) in enumerate(zip(prompt_ids, target_ids)):
-        target[row, len(p) : len(p) + len(t)] = True
+        if trained is None:
+            target[row, len(p) : len(p) + len(t)] = True
+        else:
+            target[row, len(p) : len(p) + len(t)] = torch.tensor(trained[row], dtype=torch.bool)
     return ids, mask, target
 
 
@@ -64,8 +89,8 @@ def warmup_cosine(warmup: int, total: int):
 
 
 def sft_backward(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts: list[str], targets: list[str], micro_batch_size: int,
-    teacher: PreTrainedModel | None = None, kl_coef: float = 0.0, micro_batch_tokens: int = 0,
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts: list[str | list[int]], targets: list[str | TokenTarget],
+    micro_batch_size: int, teacher: PreTrainedModel | None = None, kl_coef: float = 0.0, micro_batch_tokens: int = 0,
 ) -> float:
     """Accumulate the gradient of the batch's mean loss per target token; returns that loss.
 
@@ -80,17 +105,19 @@ def sft_backward(
     micro-batch, so the gradient is exactly that of the whole batch.
     """
     device = next(model.parameters()).device
-    prompt_ids = tokenizer(prompts, add_special_tokens=False)["input_ids"]  # the ids encode_prompts gives, in one call
+    prompt_ids = _encoded(tokenizer, prompts, targets=False)  # the ids encode_prompts gives, in one call
     if any(not ids for ids in prompt_ids):
         raise ValueError("a prompt encodes to zero tokens")
-    target_ids = encode_targets(tokenizer, targets)
-    n_tokens = sum(len(ids) for ids in target_ids)
+    encoded = _encoded(tokenizer, targets, targets=True)
+    target_ids, trained = [t.ids for t in encoded], [t.trained for t in encoded]
+    n_tokens = sum(sum(t) for t in trained)
     lengths = torch.tensor([len(p) + len(t) for p, t in zip(prompt_ids, target_ids)])
     order = torch.argsort(lengths, stable=True)
     total = 0.0
     for rows in token_budget_batches(order, lengths, micro_batch_size, micro_batch_tokens):
         rows = rows.tolist()
-        ids, mask, target = joined_rows([prompt_ids[i] for i in rows], [target_ids[i] for i in rows], tokenizer.pad_token_id, device)
+        ids, mask, target = joined_rows([prompt_ids[i] for i in rows], [target_ids[i] for i in rows], tokenizer.pad_token_id, device,
+                                        [trained[i] for i in rows])
         # The first token plays the prompt; every later position is scored where it is a target token.
         args = (ids[:, :1], mask[:, :1], ids[:, 1:], mask[:, 1:])
         scored = target[:, 1:]

@@ -6,6 +6,7 @@
     jsonl.py          the user's JSONL files
     hf.py             anything Hugging Face `datasets` opens (kept in Arrow, parsed when used)
     gym.py            reasoning-gym's generators, each row judged by its own task's scorer
+    tool_arithmetic.py  arithmetic too big for one's head and a calculator tool: the tool lab's task
     mix.py            data.mix: several of the above as one weighted training set
     registry.py       what a task answers (`Task`), TASKS, and how to add one
 
@@ -22,7 +23,7 @@ from rlvr.data import Problem
 from rlvr.tasks.registry import TASKS, Splits, Task, register_task
 
 # Imported for their registration, in the order `rlvr config` and error messages list them.
-from rlvr.tasks import arithmetic, code, word_problems, jsonl, hf, gym  # noqa: F401
+from rlvr.tasks import arithmetic, code, word_problems, jsonl, hf, gym, tool_arithmetic  # noqa: F401
 from rlvr.tasks.mix import MIXTURE
 
 __all__ = ["TASKS", "Task", "load_splits", "register_task", "task_for"]

@@ -60,7 +60,7 @@ class Task(ABC):
 
     def tiny_tokenizer(self, cfg: Config) -> dict[str, Any]:
         """Keywords of `models.build_char_tokenizer` for the tiny lab model (model.path empty)."""
-        return {"thinking": cfg.task.format != "plain", "code": False}
+        return {"thinking": cfg.task.format != "plain", "code": False, "tools": False}
 
     def held_out_label(self, cfg: Config) -> str:
         """Where the held-out problems come from, for a report: by default a split the task draws from run.seed."""

@@ -17,7 +17,9 @@ Built in (see docs/verifiers.md):
   ``no_think``: an empty block, then the answer);
 * ``brevity``: a correct boxed answer in fewer characters scores more (a conciseness term for a
   reward mix, gated on boxed_math);
-* ``reasoning_gym``: reasoning-gym's own scorer for its generated tasks.
+* ``reasoning_gym``: reasoning-gym's own scorer for its generated tasks;
+* ``tool_calls_ok`` / ``tool_used``: tool-use success of a multi-turn rollout (every call well formed and run;
+  at least one ran), from its `tool_calls` column (:mod:`rlvr.verifiers.tool_use`).
 
 >>> get_verifier("boxed_math")(r"so \\boxed{4}", "4")
 1.0
@@ -32,6 +34,7 @@ from rlvr.verifiers.conciseness import brevity
 from rlvr.verifiers.format import mode_format, think_format
 from rlvr.verifiers.gym import reasoning_gym
 from rlvr.verifiers.math import boxed_math
+from rlvr.verifiers.tool_use import tool_calls_ok, tool_used
 
 __all__ = ["VERIFIERS", "Verifier", "get_verifier", "register"]
 
@@ -49,6 +52,8 @@ VERIFIERS: dict[str, Verifier] = {
     "brevity": brevity,
     "mode_format": mode_format,
     "reasoning_gym": reasoning_gym,
+    "tool_calls_ok": tool_calls_ok,
+    "tool_used": tool_used,
 }
 
 
