@@ -363,3 +363,25 @@ def test_an_address_nobody_answers_on_fails_at_once(tmp_path):
 
     with pytest.raises(DistributedError, match="no Ray cluster answers there"):
         lab(tmp_path / "nowhere", ["distributed.backend=ray", "distributed.address=127.0.0.1:9", "train.steps=1", "sft.steps=1"])
+
+
+def test_tool_conversations_on_a_rollout_worker_train_exactly_what_the_local_backend_does(cluster, tmp_path):
+    """Multi-turn rollouts with a tool on a Ray rollout worker (the examples travel with the prompts, the
+    conversations and their tool calls come back with the rollouts, the reward worker scores them): the same run
+    as the local backend's, step for step."""
+    from test_tool_runs import TOOL_TOY
+
+    toy = [a for a in TOOL_TOY if not a.startswith(("train.steps", "eval.samples"))] + ["train.steps=2", "eval.samples=0",
+                                                                                        "rollout.seeding=group"]
+    cold = tmp_path / "cold"
+    run(load_config(overrides=toy + ["train.steps=0", f"run.output_dir={json.dumps(str(cold))}"]), Reporter(enabled=False), "lab")
+    start = [f"model.path={json.dumps(str(cold / 'model'))}", "sft.steps=0"]
+    runs = {}
+    for name, extra in (("local", []), ("ray", ray_args(cluster, workers=1))):
+        runs[name] = tmp_path / name
+        run(load_config(overrides=toy + start + extra + [f"run.output_dir={json.dumps(str(runs[name]))}"]), Reporter(enabled=False), "lab")
+    assert_same_run(runs["local"], runs["ray"])
+    records = read_jsonl_records(runs["ray"] / "metrics.jsonl")
+    assert all("tools/call_rate" in r for r in records) and sum(r["tools/calls"] for r in records) > 0
+    samples = read_jsonl_records(runs["ray"] / "samples.jsonl")
+    assert all(isinstance(s["conversation"], list) for s in samples)

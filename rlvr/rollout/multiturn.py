@@ -152,7 +152,8 @@ class ToolTrace:
 
     def metrics(self) -> dict[str, float]:
         """tools/*: calls per rollout, the share of rollouts that called at all, each outcome's count, model turns per
-        rollout, conversations ended by the turn limit or the budget, seconds spent in tools."""
+        rollout, conversations ended by the turn limit or the budget; and time/tools, the seconds spent in tools (a
+        clock, not a count: it differs run to run)."""
         n = max(len(self.results), 1)
         calls = [len(r) for r in self.results]
         out = {"tools/calls": sum(calls) / n, "tools/call_rate": sum(c > 0 for c in calls) / n,
@@ -163,7 +164,7 @@ class ToolTrace:
                                     / max(sum(calls), 1))
         for stop in ("turn_limit", "budget"):
             out[f"tools/{stop}"] = sum(s == stop for s in self.stops)
-        out["tools/seconds"] = sum(r.seconds for row in self.results for r in row)
+        out["time/tools"] = sum(r.seconds for row in self.results for r in row)
         return out
 
 

@@ -9,8 +9,10 @@ is what every caller scores (reward terms take its prompts, texts, lengths and c
 `rollout.samplers.make_sampler` picks the class by engine: this one for rlvr's engines ('auto',
 'static', 'transformers'), `VLLMSampler` (rollout/vllm_sampler.py) for an in-process vLLM engine,
 `ServerSampler` (rollout/vllm_server.py) for a vLLM server. Each has the `sample` verb returning
-`Completions` and `weights_changed`, which the learner calls after it changed the policy's weights
-(a vLLM engine holds a copy of them; rlvr's engine reads the policy itself).
+`Completions`, `sample_ids` (prompts as token ids, each with its own most new tokens: the turns of
+a conversation, rollout/multiturn.py, which wraps any of them), and `weights_changed`, which the
+learner calls after it changed the policy's weights (a vLLM engine holds a copy of them; rlvr's
+engine reads the policy itself).
 """
 
 from __future__ import annotations
