@@ -249,9 +249,17 @@ def refresh_report(ctx: RunContext) -> None:
 
 def tool_pairs(renderer: ToolRenderer, targets: Iterator[tuple[Example, Any]]) -> Iterator[tuple[list[int], TokenTarget]]:
     """SFT pairs of a run with tools: a target is the model's answer (text) or a tool trace (the messages after the
-    prompt: assistant turns and tool results), laid out in tokens as the multi-turn sampler lays it out."""
+    prompt: assistant turns and tool results), laid out in tokens as the multi-turn sampler lays it out. A data row
+    with a `conversation` field (what `rlvr rft` keeps from a tool run) trains on that conversation, not on its
+    `solution` text (the model's turns joined, for reading)."""
     for example, target in targets:
-        completion = target if isinstance(target, list) else [{"role": "assistant", "content": target}]
+        saved = example.info.get("conversation") if isinstance(example.info, dict) else None
+        if isinstance(target, list):
+            completion = target
+        elif isinstance(saved, list) and target == example.solution:  # a row `rlvr rft` kept from a tool run: its conversation
+            completion = saved
+        else:
+            completion = [{"role": "assistant", "content": target}]
         prompt_ids, ids, trained = renderer.sft_pair(example, completion)
         yield prompt_ids, TokenTarget(ids, trained)
 

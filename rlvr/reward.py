@@ -143,16 +143,17 @@ class Conversation:
     tool_calls: list[list[dict[str, Any]]]  # {"name", "arguments", "outcome"} per call
     turns: list[int]
     environments: list[Any] | None = None
+    reward_kinds: tuple[str, ...] = ()  # the run's environment classes with get_reward(): a term each, every step
 
     @staticmethod
     def of(trace: Any) -> Conversation | None:
         if trace is None:
             return None
-        return Conversation(trace.conversations, trace.call_records(), trace.turns, trace.environments)
+        return Conversation(trace.conversations, trace.call_records(), trace.turns, trace.environments, trace.reward_kinds)
 
     def select(self, rows: list[int]) -> Conversation:
         return Conversation([self.messages[i] for i in rows], [self.tool_calls[i] for i in rows], [self.turns[i] for i in rows],
-                            [self.environments[i] for i in rows] if self.environments is not None else None)
+                            [self.environments[i] for i in rows] if self.environments is not None else None, self.reward_kinds)
 
     def columns(self) -> dict[str, list[Any]]:
         """The columns a function may ask for by name (per item: a parameter `tool_calls` or `turns`)."""
@@ -163,8 +164,7 @@ class Conversation:
         scoring the rows whose environment is exactly that class (None elsewhere)."""
         if self.environments is None:
             return {}
-        kinds = list(dict.fromkeys(type(e) for e in self.environments if e is not None and callable(getattr(e, "get_reward", None))))
-        return {kind.__name__: [_get_reward(e) if type(e) is kind else None for e in self.environments] for kind in kinds}
+        return {kind: [_get_reward(e) if type(e).__name__ == kind else None for e in self.environments] for kind in self.reward_kinds}
 
 
 def _get_reward(environment: Any) -> Any:
@@ -329,8 +329,8 @@ class Scores:
         """Scores of several generation rounds as one (for the step's metrics)."""
         correct = [p.correct_B for p in parts]
         merged = Scores(torch.cat([p.total_B for p in parts]), correct_B=None if any(c is None for c in correct) else torch.cat(correct))
-        for name in parts[0].terms:
-            ts = [p.terms[name] for p in parts]
+        for name in dict.fromkeys(n for p in parts for n in p.terms):  # a term missing from a part scored none of its rows
+            ts = [p.terms.get(name) or TermScores([None] * len(p.total_B)) for p in parts]
             offsets = [sum(len(t.values) for t in ts[:k]) for k in range(len(ts))]
             timings = [t.pool for t in ts if t.pool is not None]
             merged.terms[name] = TermScores(
@@ -402,8 +402,9 @@ def score_completions(
             scored_B |= present_B
             if t.failed:
                 failed_B[sorted(t.failed)] = True
-    for name, values in (conversation.environment_rewards() if conversation is not None else {}).items():
+    for kind, values in (conversation.environment_rewards() if conversation is not None else {}).items():
         t = _environment_scores(values)
+        name = kind if kind not in scores.terms else f"{kind}.get_reward"  # never over a configured term's metrics
         scores.terms[name] = t
         present_B = torch.tensor([v is not None for v in t.values], dtype=torch.bool)
         total_B += torch.where(present_B, torch.tensor([float("nan") if v is None else v for v in t.values]), 0.0)

@@ -435,7 +435,8 @@ def test_tool_trace_travels_through_selection_and_concatenation():
     assert joined.turns == trace.turns[:3] and joined.prompts == trace.prompts[:3]
     assert dataclasses.fields(ToolTrace)  # every field is carried by select and concat
     for f in dataclasses.fields(ToolTrace):
-        assert getattr(joined, f.name) is None or len(getattr(joined, f.name)) == 3
+        value = getattr(joined, f.name)
+        assert value is None or isinstance(value, tuple) or len(value) == 3  # reward_kinds: the run's, not per row
 
 
 def test_refused_by_name():
@@ -464,3 +465,110 @@ def test_config_checks():
     with pytest.raises(ConfigError, match="thinking.budget"):
         load_config(overrides=["rollout.tools=[\"m:f\"]", "thinking.budget=10"])
     assert not Config().rollout.multi_turn
+
+
+class Same:
+    """Resets to the same text every time: its group's G prompts are one text."""
+
+    def reset(self, **row) -> str:
+        return " ok"
+
+
+class Varying:
+    """Resets to a different text per instance: its group's prompts differ row to row."""
+
+    made = 0
+
+    def __init__(self) -> None:
+        Varying.made += 1
+        self.n = Varying.made
+
+    def reset(self, **row) -> str:
+        return f" #{self.n}"
+
+
+def test_a_groups_conversations_do_not_depend_on_another_groups_prompts():
+    """One group whose environment writes a different text per rollout beside another: the other group's
+    conversations are those it has alone (turn 1 is decided group by group)."""
+    model, tok = tiny()
+    settings = dict(environments=(("same", "test_multiturn:Same"), ("varying", "test_multiturn:Varying")), environment_field="env")
+    sampler = tool_sampler(model, tok, **settings)
+    plain = Example("12+7=", "19", info={"env": "same"})
+    mixed = sampler.sample([], 2, None, [torch.Generator().manual_seed(g) for g in (5, 6)],
+                           examples=[plain, Example("3*4=", "12", info={"env": "varying"})])
+    alone = sampler.sample([], 2, None, [torch.Generator().manual_seed(5)], examples=[plain])
+    assert mixed.prompts[2] != mixed.prompts[3]  # the varying group's rows differ
+    assert mixed.trace.conversations[:2] == alone.trace.conversations and mixed.texts[:2] == alone.texts
+
+
+def test_every_environment_reward_is_a_term_of_every_step():
+    """Routed environments: a round (or a Ray slice) whose rows all use one environment still reports the other's
+    term (all None), so rounds merge into one step's figures."""
+    from rlvr.reward import Scores
+
+    call = '<tool_call>{"name": "add", "arguments": {"n": 19}}</tool_call>'
+    tok = build_char_tokenizer(tools=True)
+    settings = ToolSettings(environments=(("a", "test_multiturn:Counter"), ("b", "test_multiturn:Other")), environment_field="env")
+    sampler = ToolSampler(Scripted(tok, [call, "\\boxed{19}"]), tok, settings, DataConfig(use_chat_template=True))
+    assert sampler.renderer.reward_kinds == ("Counter", "Other")
+    terms = [RewardTerm("boxed_math", 1.0, boxed_math, False, correctness=True)]
+    parts = []
+    for env in ("a", "b"):
+        examples = [Example("12+7=", "19", info={"env": env})]
+        out = sampler.sample([], 2, examples=examples)
+        scores = score_completions(terms, RewardConfig(), out.prompts, out.texts, examples * 2, out.lengths, 400, trace=out.trace)
+        assert set(scores.terms) == {"boxed_math", "Counter", "Other"}
+        parts.append(scores)
+    merged = Scores.merge(parts)
+    assert merged.terms["Counter"].values == [1.0, 1.0, None, None] and merged.terms["Other"].values == [None, None, 0.5, 0.5]
+
+
+class Other(Counter):
+    """A second environment class with its own reward."""
+
+    def get_reward(self) -> float:
+        return 0.5
+
+
+class Keeps(Counter):
+    """Keeps the prompt it was reset with."""
+
+    def reset(self, **row) -> str:
+        self.prompt = row["prompt"]
+        return " (observation)"
+
+
+def test_reset_gets_its_own_copy_of_the_prompt():
+    sampler = scripted(["\\boxed{1}"], tools=(), environment="test_multiturn:Keeps")
+    out = sampler.sample([], 2, examples=[Example("1+1=", "2")])
+    assert out.trace.environments[0].prompt[-1]["content"] == "1+1="  # not edited after reset returned
+    assert out.trace.prompt_messages[0][-1]["content"] == "1+1= (observation)"
+
+
+def test_a_budget_stop_drops_the_results_the_model_never_read():
+    """As TRL: when the tool results do not fit the budget the conversation ends on the model's call, and the
+    unread results are in neither the conversation nor the tool figures."""
+    tools = ("test_multiturn:huge", "test_multiturn:count")
+    sampler = scripted(["count", "huge", "\\boxed{1}"], tools=tools, format="turns_that_say", max_chars=300, max_turns=4)
+    sampler.inner.sampling = Sampling(max_new_tokens=120, temperature=1.0)
+    sampler.sampling = sampler.inner.sampling
+    out = sampler.sample([], 2, examples=EXAMPLES[:1])
+    assert out.trace.stops == ["budget", "budget"]
+    for conversation, results in zip(out.trace.conversations, out.trace.results):
+        assert conversation[-1]["role"] == "assistant"
+        assert [r.name for r in results] == ["count"]  # huge's 300 characters never reached the model
+    assert int(out.rollouts.spans_B.max()) <= 120
+
+
+def test_sft_renders_a_turn_whose_call_is_only_in_tool_calls():
+    """The conversations rlvr logs (and `rlvr rft` keeps) hold a turn's call in `tool_calls`, its text stripped of it:
+    SFT on them writes the call in the format the model samples, not a bare EOS."""
+    call = {"type": "function", "function": {"name": "count", "arguments": {"n": 3}}}
+    text = '<tool_call>{"name": "count", "arguments": {"n": 3}}</tool_call>'
+    renderer = scripted(["x"]).renderer
+    example = Example("1+2=", "3")
+    rest = [{"role": "tool", "name": "count", "content": "3"}, {"role": "assistant", "content": "\\boxed{3}"}]
+    from_calls = renderer.sft_pair(example, [{"role": "assistant", "content": "", "tool_calls": [call]}, *rest])
+    from_text = renderer.sft_pair(example, [{"role": "assistant", "content": text}, *rest])
+    assert from_calls == from_text
+    assert renderer.tokenizer.decode(from_calls[1]).startswith("<tool_call>")

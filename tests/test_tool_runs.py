@@ -21,9 +21,9 @@ TOOL_TOY = [
     "data.source=tool_arithmetic", "data.use_chat_template=true", "task.min_ops=1", "task.max_ops=1", "task.max_operand=99",
     'task.operators="*"', "task.max_value=-1", "task.num_train=400", "task.num_eval=8",
     'rollout.tools=["rlvr.rollout.toolbox:calculator"]', "rollout.max_turns=2", "rollout.max_new_tokens=96", "eval.max_new_tokens=96",
-    "model.tiny.hidden_size=32", "model.tiny.num_layers=2", "model.tiny.intermediate_size=64", "model.tiny.num_heads=2",
-    "model.tiny.num_kv_heads=1", "model.tiny.max_positions=160",
-    "sft.steps=40", "sft.batch_size=16", "sft.micro_batch_tokens=0", "sft.lr=5e-3", "sft.worked_fraction=0.5",
+    "model.tiny.hidden_size=64", "model.tiny.num_layers=2", "model.tiny.intermediate_size=128", "model.tiny.num_heads=4",
+    "model.tiny.num_kv_heads=2", "model.tiny.max_positions=160",
+    "sft.steps=150", "sft.batch_size=16",  # enough for some well-formed calls (a few per step) in ~10 s "sft.micro_batch_tokens=0", "sft.lr=5e-3", "sft.worked_fraction=1.0",  # every target a tool trace: the toy tries a call
     "rollout.group_size=4", "rollout.prompts_per_step=4", "train.steps=3", "train.lr=1e-3", "eval.samples=2", "checkpoint.every=1",
     "run.threads=1",
 ]
@@ -47,16 +47,16 @@ def test_a_run_with_tools_logs_its_conversations_and_tool_figures(tool_run):
                     "hack/tool_failed", "hack/turns"):
             assert key in r, key
         assert 1.0 <= r["tools/turns"] <= 2.0
+    from rlvr.rollout.tools import OUTCOMES
+
     assert sum(r["tools/calls"] for r in records) > 0, "the cold start's tool traces taught no call at all"
+    for r in records:  # every call has exactly one outcome
+        assert sum(r[f"tools/{o}"] for o in OUTCOMES) == round(r["tools/calls"] * 16)
     samples = read_jsonl_records(tool_run / "samples.jsonl")
     assert samples and all(isinstance(s["conversation"], list) and s["conversation"][0]["role"] == "assistant" for s in samples)
-    called = [s for s in samples if any(m["role"] == "tool" for m in s["conversation"])]
-    assert called, "no logged sample called the calculator"
-    tool_message = next(m for m in called[0]["conversation"] if m["role"] == "tool")
-    assert tool_message["name"] in ("calculator", "invalid")
-    # the model's text is what was judged: no tool result in it
-    assert all(m["content"] not in s["completion"] or m["content"] in json.dumps([c for c in s["conversation"] if c["role"] == "assistant"])
-               for s in called for m in s["conversation"] if m["role"] == "tool")
+    for s in samples:  # the logged text is the model's turns; tool results are only in the conversation
+        model_turns = [m for m in s["conversation"] if m["role"] == "assistant"]
+        assert len(model_turns) >= 1 and all(m["role"] in ("assistant", "tool") for m in s["conversation"])
 
 
 def test_evaluation_reports_tool_use_pass_at_k_and_the_no_tool_control(tool_run):
@@ -69,7 +69,22 @@ def test_evaluation_reports_tool_use_pass_at_k_and_the_no_tool_control(tool_run)
     rows = read_jsonl_records(tool_run / "eval_after_rl.jsonl")
     assert all("conversation" in r for r in rows)
     page = (tool_run / "report.html").read_text()
-    assert "class='tool'" in page or "calls <code>calculator" in page
+    called = [s for s in read_jsonl_records(tool_run / "samples.jsonl") if any(m["role"] == "tool" for m in s["conversation"])]
+    assert ("<div class='tool'>" in page) == bool(called)
+
+
+def test_the_report_shows_a_conversation_turn_by_turn():
+    """The model's turns, its calls and each tool's result (marked as the tool's), every value escaped."""
+    from rlvr.report.page import _completion
+
+    html = _completion({"completion": "x", "conversation": [
+        {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "calculator",
+                                                                                              "arguments": {"expression": "2*3"}}}]},
+        {"role": "tool", "name": "calculator", "content": "<b>6</b>"},
+        {"role": "assistant", "content": "\\boxed{6}"}]})
+    assert "<div class='tool'><b>tool calculator</b><pre>&lt;b&gt;6&lt;/b&gt;</pre></div>" in html
+    assert "calls <code>calculator({&quot;expression&quot;: &quot;2*3&quot;})</code>" in html
+    assert html.index("calculator(") < html.index("tool calculator") < html.index("\\boxed{6}")
 
 
 def test_rejection_sampling_keeps_conversations(tool_run):
@@ -111,3 +126,29 @@ def test_both_of_rlvrs_engines_run_the_same_conversations(tool_run, engine):
            for e in ("auto", engine)}
     assert out["auto"].trace.conversations == out[engine].trace.conversations
     assert torch.equal(out["auto"].rollouts.completion_ids_BT, out[engine].rollouts.completion_ids_BT)
+
+
+def test_a_tool_run_killed_mid_generation_resumes_exactly(tool_run, tmp_path):
+    """Nothing lost with tools either: SIGKILLed while sampling step 2's conversations, resumed, the run ends
+    exactly where the uninterrupted one did (metrics and weights). Environments and tool state are per rollout,
+    so a step checkpoint holds all a resume needs."""
+    import os
+
+    from safetensors.torch import load_file
+    from warm_cli import run_rlvr
+
+    run_dir = tmp_path / "run"
+    killed = run_rlvr("lab", "--quiet", *TOOL_TOY, f"run.output_dir={json.dumps(str(run_dir))}",
+                      env={**os.environ, "RLVR_KILL_AT": "generate@2"})
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    resumed = run_rlvr("lab", "--quiet", "--resume", str(run_dir), env={k: v for k, v in os.environ.items() if k != "RLVR_KILL_AT"})
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+
+    def comparable(d):
+        return [{k: v for k, v in r.items() if not k.startswith("time/") and k != "rollout/tokens_per_s"}
+                for r in read_jsonl_records(d / "metrics.jsonl")]
+
+    assert comparable(run_dir) == comparable(tool_run)
+    assert read_jsonl_records(run_dir / "samples.jsonl") == read_jsonl_records(tool_run / "samples.jsonl")
+    a, b = load_file(run_dir / "model" / "model.safetensors"), load_file(tool_run / "model" / "model.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)

@@ -269,8 +269,28 @@ class RolloutWorker(StartedActor):
         out = {"rollouts": rollouts_to_dict(rollouts), "texts": texts, "generate_s": time.perf_counter() - t0, "load_s": load_s,
                "pid": os.getpid(), "version": version}
         if sampled.trace is not None:  # the conversations travel with their environments (get_reward reads their state)
+            _check_travels(sampled.trace.environments)
             out["trace"] = sampled.trace
         return out
+
+
+def _check_travels(environments: list | None) -> None:
+    """An environment goes from the rollout worker to the reward worker and the driver (its get_reward, TRL's
+    `environments=`): one Ray cannot serialise (a lock, a client, an open file) is named here, not as Ray's bare
+    pickling error."""
+    if not environments:
+        return
+    import ray
+
+    kinds = {type(e): e for e in environments if e is not None}
+    for kind, one in kinds.items():
+        try:
+            ray.cloudpickle.dumps(one)
+        except Exception as err:  # noqa: BLE001 - whatever the serialiser raises
+            raise UsageError(
+                f"rollout.environment: a {kind.__qualname__} instance cannot travel between Ray processes ({type(err).__name__}: "
+                f"{err}); with distributed.backend = 'ray' an environment must be picklable after its rollout (hold plain "
+                "state; open clients and locks in its methods, or define __getstate__)") from None
 
 
 class RewardWorker:

@@ -31,6 +31,7 @@ which other rows share the batch (Ray's slices) or how long their budgets are.
 
 from __future__ import annotations
 
+import copy
 import importlib
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -44,7 +45,7 @@ from rlvr.config import ConfigError, DataConfig
 from rlvr.data import Example, chat_template_text, prompt_messages
 from rlvr.rollout.generate import Rollouts
 from rlvr.rollout.sampler import Completions
-from rlvr.rollout.tools import OUTCOMES, TOOL_FORMATS, Tool, ToolResult, environment_tools, load_tools, run_call
+from rlvr.rollout.tools import OUTCOMES, TOOL_FORMATS, TOOL_WRITERS, Tool, ToolResult, environment_tools, load_tools, run_call
 from rlvr.verifiers.contract import example_fields
 
 STOPS = ("answer", "turn_limit", "budget")  # why a conversation ended: no call; a call in the last allowed turn; out of tokens
@@ -83,6 +84,14 @@ def import_factory(spec: str, where: str) -> Callable[[], Any]:
     if not callable(factory):
         raise ConfigError(f"{where}: {spec!r} names no class or function in {module_name!r}")
     return factory
+
+
+def _probe(factory: Callable[[], Any], name: str) -> Any:
+    try:
+        return factory()
+    except Exception as err:  # noqa: BLE001 - a user's factory may fail in any way
+        where = f"rollout.environments.{name}" if name else "rollout.environment"
+        raise ConfigError(f"{where}: building an environment failed: {type(err).__name__}: {err}") from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -133,17 +142,22 @@ class ToolTrace:
     prompts: list[str]  # each row's prompt text, rendered with its tools
     environments: list[Any] | None = None  # each row's environment instance (None: the run has none)
     environment_names: list[str | None] | None = None
+    # Not per row: the run's environment classes that define get_reward (each a reward term in every step, whichever
+    # environments a step's rows happen to use).
+    reward_kinds: tuple[str, ...] = ()
 
     def select(self, rows: list[int]) -> ToolTrace:
         def pick(items):
-            return [items[i] for i in rows] if items is not None else None
+            return [items[i] for i in rows] if isinstance(items, list) else items
         return ToolTrace(*(pick(getattr(self, f.name)) for f in fields(self)))
 
     @staticmethod
     def concat(parts: list[ToolTrace]) -> ToolTrace:
         def join(name):
-            lists = [getattr(p, name) for p in parts]
-            return None if any(x is None for x in lists) else [v for x in lists for v in x]
+            values = [getattr(p, name) for p in parts]
+            if name == "reward_kinds":
+                return tuple(dict.fromkeys(k for v in values for k in v))
+            return None if any(x is None for x in values) else [v for x in values for v in x]
         return ToolTrace(*(join(f.name) for f in fields(ToolTrace)))
 
     def call_records(self) -> list[list[dict[str, Any]]]:
@@ -193,7 +207,11 @@ class ToolRenderer:
         factories = [("", settings.environment)] if settings.environment else list(settings.environments)
         self.factories = {name: import_factory(spec, f"rollout.environments.{name}" if name else "rollout.environment")
                           for name, spec in factories}
-        self.parse = TOOL_FORMATS[settings.format]
+        # One instance of each, as TRL probes them at start: a factory that cannot build one fails now, not mid-run,
+        # and the classes whose get_reward is a reward term are known before any row uses them.
+        kinds = {name: type(_probe(factory, name)) for name, factory in self.factories.items()}
+        self.reward_kinds = tuple(dict.fromkeys(k.__name__ for k in kinds.values() if callable(getattr(k, "get_reward", None))))
+        self.parse, self.write = TOOL_FORMATS[settings.format], TOOL_WRITERS.get(settings.format)
         self.template = chat_template_text(data_cfg)
         if not (self.template or getattr(tokenizer, "chat_template", None)):
             raise ConfigError("rollout.tools: tool calls need a chat template (tools=, tool messages); this tokenizer has none: set "
@@ -236,7 +254,7 @@ class ToolRenderer:
                 raise ConfigError(f"a row names environment {env_name!r} in field {self.settings.environment_field!r}; "
                                   f"rollout.environments has {sorted(self.factories)}")
             env = self.factories[env_name]()
-            row = {"prompt": messages, "answer": example.answer, **example_fields(example)}
+            row = {"prompt": copy.deepcopy(messages), "answer": example.answer, **example_fields(example)}  # its own: rlvr edits `messages`
             if env_name:
                 row.pop(self.settings.environment_field, None)
             observation = env.reset(**row)
@@ -249,9 +267,10 @@ class ToolRenderer:
 
     def sft_pair(self, example: Example, completion: list[dict[str, Any]]) -> tuple[list[int], list[int], list[bool]]:
         """A tool trace as SFT data laid out as sampling lays it out: (prompt ids, target ids, which target ids are
-        trained). `completion` is the conversation after the prompt: assistant messages whose `content` is the text
-        the model writes (tool calls in rollout.tool_format included), each trained and followed by EOS; tool
-        messages, rendered as the template writes results, read but not trained."""
+        trained). `completion` is the conversation after the prompt: assistant messages, each trained and followed by
+        EOS, whose text is their `content` with their `tool_calls` written in rollout.tool_format when the content
+        does not hold them already (as the conversations rlvr logs and `rlvr rft` keeps store them); tool messages,
+        rendered as the template writes results, read but not trained."""
         row = self.start(example)
         ids: list[int] = []
         trained: list[bool] = []
@@ -265,7 +284,13 @@ class ToolRenderer:
             if pending:
                 suffix = self.tool_suffix_ids(pending)
                 ids, trained, pending = ids + suffix, trained + [False] * len(suffix), []
-            turn = self.tokenizer.encode(message["content"], add_special_tokens=False) + [self.tokenizer.eos_token_id]
+            text = message.get("content") or ""
+            if message.get("tool_calls") and not self.parse(text):
+                if self.write is None:
+                    raise ValueError(f"a tool trace's turn holds its calls in tool_calls only, and rollout.tool_format = "
+                                     f"{self.settings.format!r} has no writer (rollout/tools.py TOOL_WRITERS) to write them")
+                text += self.write(message["tool_calls"])
+            turn = self.tokenizer.encode(text, add_special_tokens=False) + [self.tokenizer.eos_token_id]
             ids, trained = ids + turn, trained + [True] * len(turn)
         if pending:
             raise ValueError("a tool trace ends on tool results: its last message must be the model's answer")
@@ -297,22 +322,20 @@ class ToolSampler:
         G, budget = group_size, self.sampling.max_new_tokens
         rows = [self.renderer.start(e) for e in examples for _ in range(G)]
         children = _Children(generators, G)
-        uniform = all(rows[b].prompt_ids == rows[b - b % G].prompt_ids for b in range(len(rows)))
-        if uniform:
-            out = self.inner.sample_ids([rows[b].prompt_ids for b in range(0, len(rows), G)], G, generator, generators)
-        else:
-            everyone = list(range(len(rows)))
-            out = self.inner.sample_ids([r.prompt_ids for r in rows], 1, generator, children.of(everyone))
-        device, entropy = out.completion_ids_BT.device, 0.0
-        turn_rows = list(range(len(rows)))
+        parts = self._first_turn(rows, G, generator, generators, children)
+        device, entropy = parts[0][1].completion_ids_BT.device, 0.0
         while True:
-            entropy += out.entropy_sum
-            ids_BT, mask_BT, logp_BT = out.completion_ids_BT.tolist(), out.completion_mask_BT.tolist(), out.sample_logp_BT.tolist()
-            for j, b in enumerate(turn_rows):
-                n = sum(mask_BT[j])
-                rows[b].add_turn(ids_BT[j][:n], logp_BT[j][:n])
-                rows[b].truncated = bool(out.truncated_B[j])
-            calls_of = {b: self._read_turn(rows[b], ids_BT[j][:sum(mask_BT[j])]) for j, b in enumerate(turn_rows)}
+            turn_rows: list[int] = []
+            calls_of: dict[int, list] = {}
+            for part_rows, out in parts:
+                entropy += out.entropy_sum
+                ids_BT, mask_BT, logp_BT = out.completion_ids_BT.tolist(), out.completion_mask_BT.tolist(), out.sample_logp_BT.tolist()
+                for j, b in enumerate(part_rows):
+                    n = sum(mask_BT[j])
+                    rows[b].add_turn(ids_BT[j][:n], logp_BT[j][:n])
+                    rows[b].truncated = bool(out.truncated_B[j])
+                    calls_of[b] = self._read_turn(rows[b], ids_BT[j][:n])
+                turn_rows += part_rows
             for b in turn_rows:
                 row = rows[b]
                 if row.truncated:
@@ -322,27 +345,48 @@ class ToolSampler:
                 elif row.turns >= self.settings.max_turns:
                     row.stop = "turn_limit"  # asked for a tool with no turn left to read it
             waiting = [b for b in turn_rows if not rows[b].stop]
+            before = {b: (len(rows[b].messages), len(rows[b].results)) for b in waiting}
             self._run_calls([(rows[b], calls_of[b]) for b in waiting])
             next_rows = []
             for b in waiting:
                 row = rows[b]
-                suffix = self.renderer.tool_suffix_ids([m for m in row.messages[_last_assistant(row.messages) + 1:]])
+                suffix = self.renderer.tool_suffix_ids(row.messages[before[b][0]:])
                 if len(row.ids) + len(suffix) >= budget:  # no room for the results and a token of answer
+                    # As TRL: the results the model will never read leave the conversation (and the tool figures);
+                    # what the calls did to the environment stays, as it does in TRL.
+                    del row.messages[before[b][0]:], row.results[before[b][1]:]
                     row.stop, row.truncated = "budget", True
                     continue
                 row.add_context(suffix)
                 next_rows.append(b)
             if not next_rows:
                 break
-            turn_rows = next_rows
-            out = self.inner.sample_ids([rows[b].prompt_ids + rows[b].ids for b in turn_rows], 1, generator, children.of(turn_rows),
-                                        [budget - len(rows[b].ids) for b in turn_rows])
+            parts = [(next_rows, self.inner.sample_ids([rows[b].prompt_ids + rows[b].ids for b in next_rows], 1, generator,
+                                                       children.of(next_rows), [budget - len(rows[b].ids) for b in next_rows]))]
         rollouts = _rollouts(rows, self.tokenizer.pad_token_id, entropy, device)
         trace = ToolTrace([r.messages for r in rows], [r.prompt_messages for r in rows], [r.results for r in rows],
                           [r.turns for r in rows], [r.stop for r in rows], [r.prompt_text for r in rows],
                           [r.environment for r in rows] if self.renderer.factories else None,
-                          [r.environment_name for r in rows] if self.renderer.factories else None)
+                          [r.environment_name for r in rows] if self.renderer.factories else None, self.renderer.reward_kinds)
         return Completions([r.prompt_text for r in rows], rollouts, ["\n".join(t for t in r.texts if t) for r in rows], trace)
+
+    def _first_turn(self, rows: list[Conversation], G: int, generator: torch.Generator | None, generators: list[torch.Generator] | None,
+                    children: _Children) -> list[tuple[list[int], Rollouts]]:
+        """Turn 1, as (rows, their Rollouts) parts. A group whose G prompts are one text (no environment, or one whose
+        reset text is the same for every instance) is prefilled once and drawn from its own generator, as a single-turn
+        group is; a group whose prompts differ samples each row from a child of its generator. Decided group by
+        group, so a group's conversations never depend on which other groups share its batch."""
+        starts = range(0, len(rows), G)
+        shared = [g for g in starts if all(rows[g + i].prompt_ids == rows[g].prompt_ids for i in range(G))]
+        own = [b for g in starts if g not in set(shared) for b in range(g, g + G)]
+        parts = []
+        if shared:
+            gens = [generators[g // G] for g in shared] if generators is not None else None
+            out = self.inner.sample_ids([rows[g].prompt_ids for g in shared], G, generator, gens)
+            parts.append(([b for g in shared for b in range(g, g + G)], out))
+        if own:
+            parts.append((own, self.inner.sample_ids([rows[b].prompt_ids for b in own], 1, generator, children.of(own))))
+        return parts
 
     def _read_turn(self, row: Conversation, ids: list[int]) -> list:
         """Record a turn as an assistant message; its tool calls (none when it answered)."""
@@ -373,10 +417,6 @@ class ToolSampler:
             return
         with ThreadPoolExecutor(max_workers=min(16, len(work)), thread_name_prefix="rlvr-tools") as pool:
             list(pool.map(run, work))
-
-
-def _last_assistant(messages: list[dict[str, Any]]) -> int:
-    return max(i for i, m in enumerate(messages) if m["role"] == "assistant")
 
 
 class _Children:

@@ -49,7 +49,7 @@ from transformers.utils.chat_template_utils import DocstringParsingException, Ty
 
 from rlvr.config import ConfigError
 
-__all__ = ["OUTCOMES", "TOOL_FORMATS", "Tool", "ToolCall", "ToolError", "ToolResult", "argument_problem", "describe", "environment_tools", "load_tools",
+__all__ = ["OUTCOMES", "TOOL_FORMATS", "TOOL_WRITERS", "Tool", "ToolCall", "ToolError", "ToolResult", "argument_problem", "describe", "environment_tools", "load_tools",
            "parse_hermes", "run_call"]
 
 OUTCOMES = ("ok", "error", "timeout", "unknown_tool", "bad_arguments", "malformed", "truncated")
@@ -218,6 +218,23 @@ def _hermes_call(body: str, block: str) -> ToolCall:
 
 
 TOOL_FORMATS: dict[str, Callable[[str], list[ToolCall]]] = {"hermes": parse_hermes}
+
+
+def write_hermes(calls: list[dict[str, Any]]) -> str:
+    """The text a model writes for `calls` (TRL's assistant `tool_calls`: {"type": "function", "function": {"name",
+    "arguments"}}) in the Hermes format: what SFT on a conversation trains when a turn's call is only in tool_calls.
+
+    >>> write_hermes([{"type": "function", "function": {"name": "add", "arguments": {"a": 1}}}])
+    '<tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call>'
+    """
+    out = []
+    for call in calls:
+        function = call.get("function", call)
+        out.append(_OPEN + json.dumps({"name": function.get("name"), "arguments": function.get("arguments") or {}}) + _CLOSE)
+    return "".join(out)
+
+
+TOOL_WRITERS: dict[str, Callable[[list[dict[str, Any]]], str]] = {"hermes": write_hermes}  # one per TOOL_FORMATS entry
 
 
 # ------------------------------------------------------------------ running one call

@@ -48,7 +48,7 @@ from rlvr.errors import RunStopped, UsageError
 from rlvr.rollout.sampler import Completions
 from rlvr.rollout.generate import Rollouts
 from rlvr.rollout.vllm_sampler import (Request, Sample, checkpoint_weights, completions_from, refuse_unsupported, requests_for,
-                                       requests_for_ids, rollouts_on, sampling_params)
+                                       requests_for_ids, rollouts_from, rollouts_on, sampling_params)
 from rlvr.sampling import Sampling
 
 GO_ON = ("restart it (the same `rlvr serve MODEL_OR_RUN` command), then resume the run from its last checkpoint: "
