@@ -17,6 +17,7 @@ import sys
 import pytest
 import torch
 
+from rlvr.rollout.tools import TOOL_FORMATS, ToolCall
 from rlvr.rollout.vllm_sampler import vllm_unavailable
 
 _WHY = vllm_unavailable()
@@ -263,3 +264,233 @@ def test_ray_rollout_workers_each_sample_on_their_own_vllm_engine(tmp_path):
     scored = [s for s in rl if s["loss/active_frac"] > 0]  # steps whose tokens the learner scored (some reward varied)
     assert len(rl) == 3 and scored and scored[-1]["step"] > 1, [(s["step"], s["reward/mean"]) for s in rl]
     assert max(s["rollout/logp_mismatch_max"] for s in scored) < 1e-3
+
+
+# ---------------------------------------------------------------------------------------------
+# Multi-turn rollouts with tools (rollout/multiturn.py) on vLLM: a ToolSampler over a VLLMSampler
+# (and over a ServerSampler). As in tests/test_multiturn.py, a test tool format reads every turn as
+# one call to `echo`, and turns end on frequent characters, so that an untrained model takes several
+# turns: what is tested is vLLM under the loop, not the model's skill.
+
+
+def every_turn(text: str) -> list[ToolCall]:
+    """Test format: every turn is one call to `echo` with the turn's text."""
+    return [ToolCall("echo", {"text": text}, text)]
+
+
+TOOL_FORMATS.setdefault("every_turn", every_turn)
+
+
+def echo(text: str) -> str:
+    """Say the text back.
+
+    Args:
+        text: what to say
+    """
+    return "<" + text[:6] + ">"
+
+
+@pytest.fixture(scope="module")
+def tool_tiny():
+    """The file's tiny model (its shape and seed) on the tool lab's tokenizer (the tool tags are tokens
+    of their own; its chat template renders tools and tool messages), its weights moved off their
+    initialization: freshly drawn, with tied embeddings, its greedy turns repeat the prompt's last
+    token (a space) to the end of the budget, and no turn would end."""
+    from rlvr.config import load_config
+    from rlvr.models import build_char_tokenizer, build_tiny_model
+
+    cfg = load_config(overrides=["run.seed=3"])
+    tokenizer = build_char_tokenizer(tools=True)
+    model = build_tiny_model(tokenizer, cfg.model.tiny, cfg.run.seed)
+    noise = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=noise) * 0.3)
+    return model, tokenizer
+
+
+def _turn_stops(tokenizer) -> tuple[str, ...]:
+    """20 characters that end a turn: ones no word token spells (vLLM matches stop strings in the
+    text, rlvr's engine in tokens; a character that only ever is its own token is matched alike)."""
+    import string
+
+    words = [piece for piece in tokenizer.get_vocab() if len(piece) > 1]
+    return tuple(c for c in string.digits + string.ascii_lowercase if not any(c in w for w in words))[:20]
+
+
+def _tool_sampler(inner, tokenizer, max_turns: int):
+    from rlvr.config import DataConfig
+    from rlvr.rollout.multiturn import ToolSampler, ToolSettings
+
+    return ToolSampler(inner, tokenizer, ToolSettings(tools=("test_vllm:echo",), max_turns=max_turns, format="every_turn"),
+                       DataConfig(use_chat_template=True))
+
+
+def _tool_sampling(tokenizer, budget: int, **kw):
+    from rlvr.sampling import Sampling
+
+    return Sampling(max_new_tokens=budget, stop=_turn_stops(tokenizer), **kw)
+
+
+TOOL_EXAMPLES = [("12+7=", "19"), ("3*4=", "12"), ("9-2=", "7"), ("8+8=", "16")]
+
+
+def _examples():
+    from rlvr.data import Example
+
+    return [Example(prompt, answer) for prompt, answer in TOOL_EXAMPLES]
+
+
+class _Recorded:
+    """The inner sampler, recording every call: its prompts, group size, limits and what came back."""
+
+    def __init__(self, inner):
+        self.inner, self.calls, self.sampling = inner, [], inner.sampling
+
+    def weights_changed(self):
+        self.inner.weights_changed()
+
+    def sample_ids(self, prompt_ids, group_size=1, generator=None, generators=None, limits=None):
+        out = self.inner.sample_ids(prompt_ids, group_size, generator, generators, limits)
+        self.calls.append((prompt_ids, group_size, limits, out))
+        return out
+
+
+def _runs(flags: list[int]) -> list[tuple[int, int, int]]:
+    """(flag, start, end) of each run of equal flags."""
+    runs, start = [], 0
+    for i in range(1, len(flags) + 1):
+        if i == len(flags) or flags[i] != flags[start]:
+            runs.append((flags[start], start, i))
+            start = i
+    return runs
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_multi_turn_on_vllm_the_learner_scores_every_sampled_token_as_vllm_did(tool_tiny, temperature):
+    """Conversations of several turns sampled on vLLM: every sampled token's log-prob, recomputed by the
+    learner over the whole conversation (tool results attended to), is vLLM's; the tool results' tokens
+    are context (attended, context mask 1) and never the policy's (completion mask 0, no log-prob)."""
+    from rlvr.logprobs import completion_logprobs
+    from rlvr.rollout.vllm_sampler import VLLMSampler
+
+    model, tokenizer = tool_tiny
+    sampler = _tool_sampler(VLLMSampler(model, tokenizer, _tool_sampling(tokenizer, 64, temperature=temperature)), tokenizer, 4)
+    out = sampler.sample([], 4, None, [torch.Generator().manual_seed(100 + g) for g in range(len(TOOL_EXAMPLES))], examples=_examples())
+    r, trace = out.rollouts, out.trace
+    assert len(out.texts) == 16 and max(trace.turns) >= 3 and sum(t >= 2 for t in trace.turns) >= 12, trace.turns
+    with torch.no_grad():
+        learner = completion_logprobs(model, r.prompt_ids_BP, r.prompt_mask_BP, r.completion_ids_BT, r.attention_mask_BT,
+                                      temperature=temperature, score_mask_BT=r.completion_mask_BT)
+    sampled, context = r.completion_mask_BT.bool(), r.context_mask_BT.bool()
+    assert int(sampled.sum()) > 100
+    assert float((learner - r.sample_logp_BT)[sampled].abs().max()) < 1e-4  # fp32 on both sides, as single-turn
+    tool = context & ~sampled
+    assert int(tool.sum()) > 100 and bool((sampled <= context).all())
+    assert float(r.sample_logp_BT[~sampled].abs().sum()) == 0.0  # tool results and padding carry no sampling log-prob
+    for b in range(len(out.texts)):
+        n = int(r.spans_B[b])
+        assert bool(context[b, :n].all()) and not bool(context[b, n:].any())
+        ids, flags = r.completion_ids_BT[b, :n].tolist(), r.completion_mask_BT[b, :n].tolist()
+        runs = _runs(flags)
+        tool_messages = [m for m in trace.conversations[b] if m["role"] == "tool"]
+        # turn, tool result, turn, ...: each context run is exactly the template's tokens of the row's next tool message
+        assert [flag for flag, _, _ in runs] == [1, 0] * (trace.turns[b] - 1) + [1], (b, trace.turns[b], trace.stops[b])
+        for k, (_, start, end) in enumerate(run for run in runs if run[0] == 0):
+            assert ids[start:end] == sampler.renderer.tool_suffix_ids(tool_messages[k:k + 1])
+            assert tokenizer.decode(ids[start:end]).startswith("\n<tool_response><")
+
+
+def test_greedy_multi_turn_conversations_on_vllm_are_rlvrs_engines(tool_tiny):
+    """Greedy, the same model and examples: vLLM's conversations are rlvr's engine's, turn for turn and
+    token for token (stops, budget cuts and per-turn limits included)."""
+    from rlvr.rollout import Sampler
+    from rlvr.rollout.vllm_sampler import VLLMSampler
+
+    model, tokenizer = tool_tiny
+    greedy = _tool_sampling(tokenizer, 48, greedy=True)
+    got = _tool_sampler(VLLMSampler(model, tokenizer, greedy), tokenizer, 4).sample([], 1, examples=_examples())
+    want = _tool_sampler(Sampler(model, tokenizer, greedy), tokenizer, 4).sample([], 1, examples=_examples())
+    assert got.trace.conversations == want.trace.conversations
+    assert got.completion_ids() == want.completion_ids() and got.texts == want.texts
+    for name in ("prompt_ids_BP", "prompt_mask_BP", "completion_ids_BT", "completion_mask_BT", "context_mask_BT", "truncated_B"):
+        assert torch.equal(getattr(got.rollouts, name), getattr(want.rollouts, name)), name
+    assert got.trace.turns == want.trace.turns and got.trace.stops == want.trace.stops
+    assert min(got.trace.turns) >= 2 and len({json.dumps(c) for c in got.trace.conversations}) == len(TOOL_EXAMPLES), got.trace.turns
+    # the loop's three ends all reached: a call in the last turn, results that no longer fit, a later turn cut at what was left
+    spans = got.rollouts.spans_B.tolist()
+    assert "turn_limit" in got.trace.stops and any(s == "budget" and n < 48 for s, n in zip(got.trace.stops, spans))
+    assert any(s == "budget" and t >= 2 and n == 48 for s, t, n in zip(got.trace.stops, got.trace.turns, spans))
+
+
+def test_multi_turn_on_vllm_stays_within_the_conversations_budget(tool_tiny):
+    """sampling.max_new_tokens bounds everything after the prompt; each later turn is asked for at most
+    what is left of it (`limits`), and vLLM cuts a turn there (a row so cut ends the conversation)."""
+    from rlvr.rollout.vllm_sampler import VLLMSampler
+
+    model, tokenizer = tool_tiny
+    budget = 40
+    sampler = _tool_sampler(_Recorded(VLLMSampler(model, tokenizer, _tool_sampling(tokenizer, budget))), tokenizer, 8)
+    out = sampler.sample([], 4, None, [torch.Generator().manual_seed(g) for g in range(len(TOOL_EXAMPLES))], examples=_examples())
+    r, trace, calls = out.rollouts, out.trace, sampler.inner.calls
+    assert int(r.spans_B.max()) <= budget and int(r.lengths_B.min()) > 0
+    assert len(calls) >= 3 and calls[0][2] is None  # turn 1: the whole budget
+    prompt_len = {tuple(p): len(p) for p in calls[0][0]}
+    cut_at_limit = 0
+    for prompts, group_size, limits, turn in calls[1:]:
+        assert group_size == 1 and len(limits) == len(prompts)
+        for j, (ids, limit) in enumerate(zip(prompts, limits)):
+            start = next(n for key, n in prompt_len.items() if tuple(ids[:n]) == key)
+            assert limit == budget - (len(ids) - start) and 0 < limit < budget  # what the conversation has left
+            n = int(turn.completion_mask_BT[j].sum())
+            last = int(turn.completion_ids_BT[j, n - 1])
+            ended = last == tokenizer.eos_token_id or tokenizer.decode([last]) in sampler.sampling.stop
+            assert n <= limit and bool(turn.truncated_B[j]) == (n == limit and not ended)
+            cut_at_limit += bool(turn.truncated_B[j])
+    assert cut_at_limit > 0, "no turn was cut at its limit: the test proves nothing"
+    assert "budget" in trace.stops and all(s in ("budget", "turn_limit") for s in trace.stops)
+    for b, stop in enumerate(trace.stops):
+        assert bool(r.truncated_B[b]) == (stop == "budget")
+    print(f"\nbudget {budget}: spans {r.spans_B.tolist()}, turns {trace.turns}, {cut_at_limit} turns cut at their limit")
+
+
+@pytest.fixture(scope="module")
+def tool_server(tool_tiny, tmp_path_factory):
+    """`rlvr serve` on the tool model (its config and tokenizer: the server decodes, and matches stop
+    strings, with the run's tokenizer); the samplers push the weights. Started as tests/test_vllm_server.py
+    starts its own."""
+    from rlvr.models import save_pretrained
+    from test_vllm_server import Served
+
+    root = tmp_path_factory.mktemp("tool-served")
+    save_pretrained(*tool_tiny, root / "tool-tiny")
+    served = Served(root / "tool-tiny", root)
+    with pytest.MonkeyPatch.context() as env:
+        # vLLM's server refuses a request with more than VLLM_MAX_STOP_STRINGS (default 4) stop strings (HTTP 400);
+        # `rlvr serve` does not raise it, and these turns end on 20
+        env.setenv("VLLM_MAX_STOP_STRINGS", "64")
+        served.start()
+    print(f"\nrlvr serve: up in {served.start_s:.1f} s")
+    yield served
+    served.stop()
+
+
+def test_multi_turn_through_a_server_is_as_in_process(tool_tiny, tool_server):
+    """A ToolSampler over a ServerSampler (rollout.engine = vllm_server) gives the conversations an
+    in-process engine gives: greedy, and seeded (rows, masks and log-probs bit for bit)."""
+    from rlvr.learner import group_generators
+    from rlvr.rollout.vllm_sampler import VLLMSampler
+    from rlvr.rollout.vllm_server import ServerSampler
+
+    model, tokenizer = tool_tiny
+    cpu = torch.device("cpu")
+    seeded = lambda: {"generators": group_generators(7, 2, len(TOOL_EXAMPLES), cpu)}  # noqa: E731
+    for sampling, G, seeds in ((_tool_sampling(tokenizer, 48, greedy=True), 1, dict), (_tool_sampling(tokenizer, 48, temperature=0.9), 2, seeded)):
+        remote = _tool_sampler(ServerSampler(model, tokenizer, sampling, tool_server.url, 60), tokenizer, 4)
+        local = _tool_sampler(VLLMSampler(model, tokenizer, sampling), tokenizer, 4)
+        got, want = remote.sample([], G, **seeds(), examples=_examples()), local.sample([], G, **seeds(), examples=_examples())
+        assert got.trace.conversations == want.trace.conversations and got.texts == want.texts
+        assert got.trace.turns == want.trace.turns and got.trace.stops == want.trace.stops and max(got.trace.turns) >= 3
+        for name in ("prompt_ids_BP", "prompt_mask_BP", "completion_ids_BT", "completion_mask_BT", "context_mask_BT", "sample_logp_BT",
+                     "truncated_B"):
+            assert torch.equal(getattr(got.rollouts, name), getattr(want.rollouts, name)), (sampling.greedy, name)
