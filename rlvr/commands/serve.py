@@ -2,12 +2,14 @@
 
 Sampling on a server of its own lets the trainer keep its GPU for the update and the sampler keep
 its KV cache between steps, on the same machine or another. The server is vLLM's own
-OpenAI-compatible server, started as a child process and left as vLLM wrote it, with two
+OpenAI-compatible server, started as a child process and left as vLLM wrote it, with the
 additions a run needs:
 - VLLM_SERVER_DEV_MODE=1, which opens POST /collective_rpc (how the trainer reaches the workers)
   and POST /reset_prefix_cache (after every weight push);
 - rlvr's weight receiver mixed into its workers (--worker-extension-cls,
-  rollout/vllm_weights.py), through which the trainer broadcasts the policy's weights.
+  rollout/vllm_weights.py), through which the trainer broadcasts the policy's weights;
+- VLLM_MAX_STOP_STRINGS=1024 (unless set): the server's default refuses a request with more than
+  four stop strings, a limit rollout.stop does not have.
 Sampling defaults match the in-process engine's: settings from the request alone, not the model's
 generation config (--generation-config vllm); log-probs after temperature and truncation
 (--logprobs-mode processed_logprobs); on a CPU fp32, eager, and a KV cache of --kv-cache-gib
@@ -132,6 +134,8 @@ def serve(spec: str, host: str = "127.0.0.1", port: int = 8000, kv_cache_gib: fl
         command = vllm_command(servable(source, directory), spec, host, port, kv_cache_gib, extra or [], torch.cuda.is_available())
         package_root = str(Path(__file__).resolve().parents[2])  # the workers import rlvr's receiver, installed or not
         env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1",
+               # vLLM's OpenAI server refuses a request with more than 4 stop strings (OpenAI's limit); rollout.stop has none
+               "VLLM_MAX_STOP_STRINGS": os.environ.get("VLLM_MAX_STOP_STRINGS", "1024"),
                "PYTHONPATH": os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)}
         env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)  # the engine in its own process, as a server runs it
         previous = signal.signal(signal.SIGTERM, _raise_stopped)
