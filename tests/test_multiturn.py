@@ -572,3 +572,14 @@ def test_sft_renders_a_turn_whose_call_is_only_in_tool_calls():
     from_text = renderer.sft_pair(example, [{"role": "assistant", "content": text}, *rest])
     assert from_calls == from_text
     assert renderer.tokenizer.decode(from_calls[1]).startswith("<tool_call>")
+
+
+def test_a_call_that_does_not_parse_stays_in_the_conversation():
+    """TRL's assistant message holds a parsed call in tool_calls, its block out of the content; a block that did not
+    parse is what the model wrote, and stays in the content (the report shows it)."""
+    bad = '<tool_call>{"name": "count", "arguments": {"n": 3</tool_call>'
+    sampler = scripted([bad, "\\boxed{3}"], format="hermes")
+    out = sampler.sample([], 2, examples=[Example("1+2=", "3")])
+    first = out.trace.conversations[0][0]
+    assert first["content"] == bad and "tool_calls" not in first
+    assert [r.outcome for r in out.trace.results[0]] == ["malformed"]

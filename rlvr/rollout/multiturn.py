@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import copy
 import importlib
-import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable
@@ -191,9 +190,13 @@ def merged_tool_metrics(traces: list[ToolTrace | None]) -> dict[str, float]:
 # The chat template's pieces
 
 
-def _strip_calls(text: str) -> str:
-    """A turn's text without its tool-call blocks (the content of its assistant message)."""
-    return re.sub(r"<tool_call>.*?(</tool_call>|$)", "", text, flags=re.S).strip()
+def _strip_calls(text: str, calls: list) -> str:
+    """A turn's text without the blocks of its parsed calls (TRL's content beside tool_calls): a call that did not
+    parse stays in the text, so the conversation shows what the model wrote."""
+    for call in calls:
+        if call.error is None and call.text:
+            text = text.replace(call.text, "", 1)
+    return text.strip()
 
 
 class ToolRenderer:
@@ -395,7 +398,7 @@ class ToolSampler:
         raw = self.tokenizer.decode(kept, skip_special_tokens=False)
         row.texts.append(self.tokenizer.decode(kept, skip_special_tokens=True))
         calls = self.parse(raw)
-        message: dict[str, Any] = {"role": "assistant", "content": _strip_calls(raw) if calls else row.texts[-1]}
+        message: dict[str, Any] = {"role": "assistant", "content": _strip_calls(raw, calls) if calls else row.texts[-1]}
         parsed = [c for c in calls if c.error is None]
         if parsed:
             message["tool_calls"] = [{"type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in parsed]
