@@ -385,3 +385,18 @@ def test_tool_conversations_on_a_rollout_worker_train_exactly_what_the_local_bac
     assert all("tools/call_rate" in r and r["tools/turns"] >= 1 for r in records)  # conversations, equal call for call above
     samples = read_jsonl_records(runs["ray"] / "samples.jsonl")
     assert all(isinstance(s["conversation"], list) for s in samples)
+
+
+def test_an_environment_that_cannot_travel_between_ray_processes_is_named():
+    import threading
+
+    from rlvr.distributed.workers import _check_travels
+    from rlvr.errors import UsageError
+
+    class Holds:
+        def __init__(self):
+            self.lock = threading.Lock()
+
+    _check_travels([object(), None])  # plain state travels
+    with pytest.raises(UsageError, match="rollout.environment: a .*Holds instance cannot travel between Ray processes"):
+        _check_travels([Holds()])

@@ -583,3 +583,20 @@ def test_a_call_that_does_not_parse_stays_in_the_conversation():
     first = out.trace.conversations[0][0]
     assert first["content"] == bad and "tool_calls" not in first
     assert [r.outcome for r in out.trace.results[0]] == ["malformed"]
+
+
+class boxed_math_env(Counter):  # noqa: N801 - named like the configured term, on purpose
+    def get_reward(self) -> float:
+        return 0.25
+
+
+def test_an_environment_named_like_a_reward_term_does_not_overwrite_it():
+    call = '<tool_call>{"name": "add", "arguments": {"n": 19}}</tool_call>'
+    sampler = scripted([call, "\\boxed{19}"], tools=(), environment="test_multiturn:boxed_math_env")
+    out = sampler.sample([], 2, examples=[Example("12+7=", "19")])
+    terms = [RewardTerm("boxed_math_env", 1.0, boxed_math, False, correctness=True)]
+    scores = score_completions(terms, RewardConfig(), out.prompts, out.texts, [Example("12+7=", "19")] * 2, out.lengths, 400,
+                               trace=out.trace)
+    assert scores.terms["boxed_math_env"].values == [1.0, 1.0]
+    assert scores.terms["boxed_math_env.get_reward"].values == [0.25, 0.25]
+    assert scores.total_B.tolist() == [1.25, 1.25]
