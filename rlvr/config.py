@@ -437,6 +437,23 @@ class AlgoConfig:
     tis_level: Literal["token", "sequence"] = knob(
         "token", "Truncated importance sampling per token, or one weight per completion (the product of its token ratios, capped)."
     )
+    tis_mode: Literal["truncate", "mask"] = knob(
+        "truncate", "With algo.tis_cap: 'truncate' clamps each weight into [tis_floor, tis_cap]; 'mask' zeroes a weight outside "
+        "it, so the token (tis_level = token) or the whole completion (sequence) leaves the surrogate (TRL's token_mask / "
+        "sequence_mask, verl's rollout rejection)."
+    )
+    tis_floor: float = knob(0.0, "With algo.tis_cap: the lower bound of the importance weights (0 = none; else in (0, 1)).")
+    top_entropy_quantile: float = knob(
+        1.0, "Train the surrogate only on the batch's most uncertain tokens (Wang et al. 2025, 'Beyond the 80/20 rule'; TRL's "
+        "top_entropy_quantile; 0.2 recommended; 1.0 = every token): the tokens of the completions that carry gradient whose "
+        "policy entropy is in this top share of the whole batch's, measured by one no-grad forward before the update (so "
+        "the same tokens on every micro-batch split); the entropy bonus acts on the same tokens."
+    )
+    off_policy_mask: float = knob(
+        0.0, "Off-policy sequence masking (DeepSeek-V3.2; TRL's off_policy_mask_threshold; 0 = off): a completion with a "
+        "negative advantage whose tokens the current policy finds on average more than this many nats less likely than "
+        "the sampler did (mean log pi_sampler - log pi) leaves the surrogate. Re-checked on every pass."
+    )
     dynamic_sampling: bool = knob(
         False, "DAPO dynamic sampling: drop groups whose rewards are all equal (zero gradient) and sample more prompts to fill the batch."
     )
@@ -452,6 +469,11 @@ class AlgoConfig:
         _require(self.num_iterations >= 1, "algo.num_iterations", "must be >= 1")
         _require(self.max_sampling_rounds >= 1, "algo.max_sampling_rounds", "must be >= 1")
         _require(self.tis_cap == 0.0 or self.tis_cap >= 1.0, "algo.tis_cap", "must be 0 (off) or >= 1 (a cap on pi_learner / pi_sampler)")
+        _require(0.0 <= self.tis_floor < 1.0, "algo.tis_floor", "must be in [0, 1) (a lower bound on pi_learner / pi_sampler)")
+        _require(self.tis_cap > 0 or (self.tis_mode == "truncate" and self.tis_floor == 0.0), "algo.tis_mode",
+                 "algo.tis_mode and algo.tis_floor shape the importance weights of algo.tis_cap, which is 0 (off): set tis_cap")
+        _require(self.off_policy_mask >= 0.0, "algo.off_policy_mask", "must be >= 0 (0 = off)")
+        _require(0.0 < self.top_entropy_quantile <= 1.0, "algo.top_entropy_quantile", "must be in (0, 1] (1 = every token)")
         _require(
             not (self.tis_cap and self.reuse_sampling_logp and self.num_iterations > 1), "algo.tis_cap",
             "has nothing to correct with algo.reuse_sampling_logp: the old log-probs would be the sampler's own; turn one off",
@@ -858,6 +880,11 @@ class Config:
             not (self.rollout.multi_turn and self.thinking.budget >= 0), "thinking.budget",
             "cannot be combined with tools (rollout.tools / rollout.environment): a budget counts one turn's thinking tokens, a "
             "conversation has several turns; evaluate tool runs without a budget",
+        )
+        _require(
+            not (self.algo.top_entropy_quantile < 1.0 and self.distributed.backend == "ray" and self.distributed.learner_workers > 0),
+            "algo.top_entropy_quantile", "< 1 is not yet split across learner ranks (the threshold is the whole batch's; "
+            "each rank sees its share): use distributed.learner_workers = 0",
         )
         _require(
             not (self.rollout.multi_turn and self.distributed.backend == "ray" and self.distributed.mode == "async"

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel
 
-from rlvr.algorithms import LossSettings, loss_normalizer, masked_mean, policy_loss, sequence_kl, truncated_is_weights
+from rlvr.algorithms import (LossSettings, entropy_threshold, high_entropy_mask, loss_normalizer, masked_mean, off_policy_sequence_mask,
+                             policy_loss, sequence_kl, truncated_is_weights)
 from rlvr.batching import micro_batches, token_budget_batches
 from rlvr.config import AlgoConfig, Config
 from rlvr.logprobs import backward_outside_autocast, completion_logprobs
@@ -120,6 +121,10 @@ class UpdateSettings:
     bucket_overhead_tokens: int = 0
     tis_cap: float = 0.0  # truncated importance sampling against the sampler's log-probs (0 = off)
     tis_level: str = "token"
+    tis_mode: str = "truncate"  # or "mask": a weight outside [tis_floor, tis_cap] is 0
+    tis_floor: float = 0.0
+    off_policy_mask: float = 0.0  # DeepSeek-V3.2's off-policy sequence masking threshold (0 = off)
+    top_entropy_quantile: float = 1.0  # train on the batch's top share of tokens by entropy (1 = every token)
 
     @classmethod
     def from_algo(cls, algo: AlgoConfig, *, temperature: float, max_new_tokens: int, micro_batch_size: int,
@@ -133,7 +138,8 @@ class UpdateSettings:
         return cls(
             loss=loss, num_iterations=algo.num_iterations, reuse_sampling_logp=algo.reuse_sampling_logp, temperature=temperature,
             micro_batch_size=micro_batch_size, max_grad_norm=max_grad_norm, micro_batch_tokens=micro_batch_tokens,
-            bucket_overhead_tokens=bucket_overhead_tokens, tis_cap=algo.tis_cap, tis_level=algo.tis_level,
+            bucket_overhead_tokens=bucket_overhead_tokens, tis_cap=algo.tis_cap, tis_level=algo.tis_level, tis_mode=algo.tis_mode,
+            tis_floor=algo.tis_floor, off_policy_mask=algo.off_policy_mask, top_entropy_quantile=algo.top_entropy_quantile,
         )
 
     @classmethod
@@ -209,11 +215,45 @@ def sampler_correction(old_logp_BT: torch.Tensor, chunk: Rollouts, adv_B: torch.
     if chunk.sample_logp_BT is None:
         raise ValueError("algo.tis_cap needs the sampler's log-probs (Rollouts.sample_logp_BT); these rollouts have none")
     weights_BT, capped_BT = truncated_is_weights(old_logp_BT, chunk.sample_logp_BT, chunk.completion_mask_BT,
-                                                 settings.tis_cap, settings.tis_level)
+                                                 settings.tis_cap, settings.tis_level, settings.tis_mode, settings.tis_floor)
     in_loss_BT = chunk.completion_mask_BT.bool() & torch.isfinite(adv_B).unsqueeze(1)
     sums = {"loss/tis_weight_mean": float(torch.where(in_loss_BT, weights_BT, 0.0).sum()),
             "loss/tis_capped_frac": float((capped_BT & in_loss_BT).sum()), "tokens": float(in_loss_BT.sum())}
     return weights_BT, sums
+
+
+def off_policy_weights(logp_BT: torch.Tensor, old_logp_BT: torch.Tensor, chunk: Rollouts, adv_B: torch.Tensor,
+                       tis_BT: torch.Tensor | None, settings: UpdateSettings) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
+    """What multiplies each token's surrogate loss: the importance weights (algo.tis_*), times 0 on the completions
+    off-policy sequence masking drops (algo.off_policy_mask: against the sampler's log-probs, or the old policy's
+    where there are none, with this pass's policy). None when neither is on (the loss as it always was)."""
+    if not settings.off_policy_mask:
+        return tis_BT, {}
+    sampler_BT = chunk.sample_logp_BT if chunk.sample_logp_BT is not None else old_logp_BT
+    keep_B = off_policy_sequence_mask(logp_BT, sampler_BT, chunk.completion_mask_BT, adv_B, settings.off_policy_mask)
+    in_loss_BT = chunk.completion_mask_BT.bool() & torch.isfinite(adv_B).unsqueeze(1)
+    dropped = (in_loss_BT & ~keep_B.unsqueeze(1)).sum() / in_loss_BT.sum().clamp(min=1)
+    keep_BT = keep_B.unsqueeze(1).to(logp_BT.dtype).expand_as(logp_BT)
+    return (keep_BT if tis_BT is None else tis_BT * keep_BT), {"loss/off_policy_masked_frac": dropped}
+
+
+def forking_tokens(policy: PreTrainedModel, chunks: list[Rollouts], adv_chunks: list[torch.Tensor], settings: UpdateSettings,
+                   log: UpdateMetrics) -> list[torch.Tensor] | None:
+    """algo.top_entropy_quantile < 1: each chunk's (B, T) mask of the tokens whose policy entropy, measured before the
+    update with no graph, is in the top quantile of the whole batch's tokens in the loss (the threshold is the
+    batch's, so a micro-batch split changes nothing). None when off."""
+    q = settings.top_entropy_quantile
+    if q >= 1.0:
+        return None
+    with log.timed("time/frozen_forward"), torch.no_grad():
+        entropies = [chunk_logprobs(policy, c, settings.temperature, with_entropy=True)[1] for c in chunks]
+    in_loss = [c.completion_mask_BT.bool() & torch.isfinite(a).unsqueeze(1) for c, a in zip(chunks, adv_chunks)]
+    values = torch.cat([e[m] for e, m in zip(entropies, in_loss)]) if chunks else torch.zeros(0)
+    threshold = entropy_threshold(values, q)
+    masks = [high_entropy_mask(e, m, threshold) for e, m in zip(entropies, in_loss)]
+    kept, total = sum(int(m.sum()) for m in masks), sum(int(m.sum()) for m in in_loss)
+    log.forking = {"loss/top_entropy_threshold": threshold if values.numel() else 0.0, "loss/top_entropy_kept_frac": kept / max(total, 1)}
+    return masks
 
 
 def guarded_step(optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LRScheduler,
@@ -239,6 +279,7 @@ class UpdateMetrics:
         self.loss, self.grad_norm, self.skipped = 0.0, 0.0, 0  # summed over passes
         self.mismatch_sum, self.mismatch_max = 0.0, 0.0
         self.tis_sums: dict[str, float] = defaultdict(float)
+        self.forking: dict[str, float] = {}  # algo.top_entropy_quantile: the batch's threshold and the share of tokens kept
         self.seconds = {"time/frozen_forward": 0.0, "time/forward": 0.0, "time/backward": 0.0, "time/optimizer": 0.0}
 
     @contextmanager
@@ -278,6 +319,7 @@ class UpdateMetrics:
             return parts[0]
         out = cls()
         out.loss, out.grad_norm, out.skipped = parts[0].loss, parts[0].grad_norm, parts[0].skipped
+        out.forking = parts[0].forking
         for part in parts:
             out.tokens += part.tokens
             for name, value in part.token_sums.items():
@@ -299,6 +341,7 @@ class UpdateMetrics:
         out["loss/lr"] = lr
         out["rollout/logp_mismatch_mean"] = self.mismatch_sum / max(self.tokens / passes, 1)  # over the first pass's tokens
         out["rollout/logp_mismatch_max"] = self.mismatch_max
+        out.update(self.forking)
         if settings.tis_cap:  # over the tokens in the loss, once (the weights are the same on every pass)
             out["loss/tis_weight_mean"] = self.tis_sums["loss/tis_weight_mean"] / max(self.tis_sums["tokens"], 1)
             out["loss/tis_capped_frac"] = self.tis_sums["loss/tis_capped_frac"] / max(self.tis_sums["tokens"], 1)
@@ -377,6 +420,7 @@ def run_update(policy: PreTrainedModel, optimizer: torch.optim.Optimizer, schedu
     with log.timed("time/frozen_forward"):
         old, ref = old_and_reference_logprobs(policy, reference, chunks, st)
     tis: list[torch.Tensor | None] = [None] * real  # once per chunk, on the first pass: they do not change across passes
+    forking = forking_tokens(policy, chunks[:real], adv_chunks, st, log)  # algo.top_entropy_quantile: None when off
     # The optimizer's parameters, not policy.parameters(): frozen (LoRA base) weights may hold stale grads.
     trainable = [p for group in optimizer.param_groups for p in group["params"]]
     for pass_index in range(st.num_iterations):
@@ -396,9 +440,15 @@ def run_update(policy: PreTrainedModel, optimizer: torch.optim.Optimizer, schedu
                 old_logp = old[i] if old is not None else logp.detach()
                 if st.tis_cap and tis[i] is None:
                     tis[i] = log.add_importance_weights(*sampler_correction(old_logp, chunk, adv_chunks[i], st))
+                weights, masked = off_policy_weights(logp, old_logp, chunk, adv_chunks[i], tis[i], st)
+                if forking is not None:  # the surrogate, and the entropy bonus, on the batch's most uncertain tokens only
+                    keep_BT = forking[i].to(logp.dtype)
+                    weights = keep_BT if weights is None else weights * keep_BT
+                    entropy = entropy * keep_BT if entropy is not None else None
                 loss, metrics = policy_loss(logp, old_logp, adv_chunks[i], chunk.completion_mask_BT, st.loss,
                                             ref_logp=ref[i] if ref is not None else None, entropy=entropy,
-                                            normalizer=plan.normalizer, is_weights=tis[i])
+                                            normalizer=plan.normalizer, is_weights=weights)
+                metrics.update(masked)
             with log.timed("time/backward"):
                 backward_outside_autocast(loss)
             total += loss.detach()

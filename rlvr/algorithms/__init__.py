@@ -23,6 +23,9 @@ from rlvr.algorithms.loss import (
     masked_sum,
     policy_loss,
     sequence_kl,
+    entropy_threshold,
+    high_entropy_mask,
+    off_policy_sequence_mask,
     truncated_is_weights,
 )
 from rlvr.algorithms.registry import Registry
@@ -49,5 +52,8 @@ __all__ = [
     "overlong_penalty",
     "policy_loss",
     "sequence_kl",
+    "entropy_threshold",
+    "high_entropy_mask",
+    "off_policy_sequence_mask",
     "truncated_is_weights",
 ]

@@ -148,16 +148,24 @@ def sequence_kl(logp_BT: torch.Tensor, ref_logp_BT: torch.Tensor, mask_BT: torch
 
 
 def truncated_is_weights(old_logp_BT: torch.Tensor, sample_logp_BT: torch.Tensor, mask_BT: torch.Tensor, cap: float,
-                         level: str = "token") -> tuple[torch.Tensor, torch.Tensor]:
-    """Truncated importance sampling (Ionides 2008; Yao et al. 2025 for RL of LLMs): weights
-    min(pi_old / pi_sampler, cap) that correct the surrogate for samples drawn by another
-    distribution than the learner's old policy: older weights (asynchronous rollouts) or another
-    engine's numerics. Per token, or one per completion (the product of its token ratios). Returns
-    the (B, T) weights, no graph, 0 on padding, and the (B, T) mask of where the cap bit.
+                         level: str = "token", mode: str = "truncate", floor: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Importance weights w = pi_old / pi_sampler that correct the surrogate for samples drawn by
+    another distribution than the learner's old policy: older weights (asynchronous rollouts) or
+    another engine's numerics. Per token, or one per completion (the product of its token ratios).
+    `mode` says what happens outside [floor, cap]:
+
+    - "truncate" (truncated importance sampling, Ionides 2008; Yao et al. 2025 for RL of LLMs): w is
+      clamped into [floor, cap] (floor 0: no lower bound, min(w, cap));
+    - "mask" (TRL's token_mask / sequence_mask; verl's rollout-correction rejection): a weight
+      outside [floor, cap] is 0, the token (or the whole completion) leaves the surrogate; inside, w.
+
+    Returns the (B, T) weights, no graph, 0 on padding, and the (B, T) mask of where a bound bit.
 
     >>> w, cut = truncated_is_weights(torch.tensor([[0.0, 1.0]]), torch.tensor([[0.0, 0.0]]), torch.tensor([[1, 1]]), 2.0)
     >>> w, cut
     (tensor([[1., 2.]]), tensor([[False,  True]]))
+    >>> truncated_is_weights(torch.tensor([[0.0, 1.0]]), torch.tensor([[0.0, 0.0]]), torch.tensor([[1, 1]]), 2.0, mode="mask")[0]
+    tensor([[1., 0.]])
     """
     mask = mask_BT.bool()
     log_ratio_BT = torch.where(mask, old_logp_BT.detach() - sample_logp_BT, torch.zeros_like(old_logp_BT))
@@ -165,10 +173,56 @@ def truncated_is_weights(old_logp_BT: torch.Tensor, sample_logp_BT: torch.Tensor
         log_ratio_BT = log_ratio_BT.sum(dim=1, keepdim=True).expand_as(log_ratio_BT)
     elif level != "token":
         raise ValueError(f"tis level must be 'token' or 'sequence', got {level!r}")
-    # The cap is applied in log space, so a huge ratio never overflows to inf.
-    capped = log_ratio_BT > torch.log(torch.tensor(cap))
-    weights = torch.exp(log_ratio_BT.clamp(max=float(torch.log(torch.tensor(cap)))))
-    return torch.where(mask, weights, torch.zeros_like(weights)), capped & mask
+    if mode not in ("truncate", "mask"):
+        raise ValueError(f"tis mode must be 'truncate' or 'mask', got {mode!r}")
+    # The bounds are applied in log space, so a huge ratio never overflows to inf.
+    log_cap = float(torch.log(torch.tensor(cap)))
+    log_floor = float(torch.log(torch.tensor(floor))) if floor > 0 else float("-inf")
+    out_of_range = (log_ratio_BT > log_cap) | (log_ratio_BT < log_floor)
+    if mode == "truncate":
+        weights = torch.exp(log_ratio_BT.clamp(min=log_floor, max=log_cap))
+    else:
+        weights = torch.where(out_of_range, torch.zeros_like(log_ratio_BT), torch.exp(log_ratio_BT.clamp(max=log_cap)))
+    return torch.where(mask, weights, torch.zeros_like(weights)), out_of_range & mask
+
+
+def entropy_threshold(entropies_N: torch.Tensor, quantile: float) -> float:
+    """The entropy at or above which a token is among the `quantile` most uncertain of `entropies_N` (the
+    batch's tokens in the loss): their (1 - quantile) quantile (torch.quantile, linear interpolation, as TRL).
+
+    >>> entropy_threshold(torch.tensor([0.1, 0.2, 0.3, 0.4, 0.5]), 0.2)
+    0.42000001668930054
+    """
+    if entropies_N.numel() == 0:
+        return float("inf")
+    return float(torch.quantile(entropies_N.float(), 1.0 - quantile))
+
+
+def high_entropy_mask(entropy_BT: torch.Tensor, mask_BT: torch.Tensor, threshold: float) -> torch.Tensor:
+    """(B, T) bool: the real tokens whose entropy is at least `threshold` (Wang et al. 2025, "Beyond the 80/20
+    rule": train only on the high-entropy "forking" tokens; TRL's top_entropy_quantile).
+
+    >>> high_entropy_mask(torch.tensor([[0.1, 0.9, 0.5, 2.0]]), torch.tensor([[1, 1, 1, 0]]), 0.5)
+    tensor([[False,  True,  True, False]])
+    """
+    return mask_BT.bool() & (entropy_BT >= threshold)
+
+
+def off_policy_sequence_mask(logp_BT: torch.Tensor, sample_logp_BT: torch.Tensor, mask_BT: torch.Tensor, advantages_B: torch.Tensor,
+                             threshold: float) -> torch.Tensor:
+    """(B,) bool, True = keep: DeepSeek-V3.2's off-policy sequence masking (TRL's
+    off_policy_mask_threshold). A completion with a negative advantage whose tokens the current
+    policy finds, on average, more than `threshold` nats less likely than the sampler did
+    (mean_t(log pi_sampler - log pi), a per-sequence KL estimate) is dropped from the surrogate: a
+    negative update on a sample the policy has moved away from mostly pushes on noise. Positive
+    advantages are always kept. No graph.
+
+    >>> off_policy_sequence_mask(torch.tensor([[-2.0, -2.0], [-2.0, -2.0]]), torch.tensor([[-1.0, -1.0], [-1.0, -1.0]]),
+    ...                          torch.ones(2, 2), torch.tensor([1.0, -1.0]), threshold=0.5)
+    tensor([ True, False])
+    """
+    kl_B = masked_mean(sample_logp_BT - logp_BT.detach(), mask_BT, dim=1)
+    return (advantages_B >= 0) | (kl_B <= threshold)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,194 @@
+"""Off-policy correction beyond truncation (issue 38): the importance weights' modes (truncate or
+mask) and lower bound, at token and sequence level, and DeepSeek-V3.2's off-policy sequence mask.
+Hand-worked values, an independent reference written from TRL's description of the same settings
+(token_truncate, token_mask, sequence_truncate, sequence_mask with clip_min / clip_max;
+off_policy_mask_threshold), and the update itself: a dropped completion gives exactly the gradient
+of the batch where its surrogate is zero."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from rlvr.algorithms import off_policy_sequence_mask, truncated_is_weights
+from rlvr.config import AlgoConfig, ConfigError, load_config
+
+
+def test_modes_and_floor_hand_worked():
+    # ratios pi_old / pi_sampler per token: e^0.5, e^-1, e^2, (padding)
+    old = torch.tensor([[0.0, -1.0, 1.0, 5.0]])
+    sampler = torch.tensor([[-0.5, 0.0, -1.0, 0.0]])
+    mask = torch.tensor([[1, 1, 1, 0]])
+    e = math.exp
+    w, cut = truncated_is_weights(old, sampler, mask, cap=3.0, floor=0.5)  # truncate into [0.5, 3]
+    assert w.tolist()[0] == pytest.approx([e(0.5), 0.5, 3.0, 0.0]) and cut.tolist() == [[False, True, True, False]]
+    w, cut = truncated_is_weights(old, sampler, mask, cap=3.0, floor=0.5, mode="mask")  # outside [0.5, 3]: 0
+    assert w.tolist()[0] == pytest.approx([e(0.5), 0.0, 0.0, 0.0]) and cut.tolist() == [[False, True, True, False]]
+    w, _ = truncated_is_weights(old, sampler, mask, cap=3.0, mode="mask")  # no floor: only the cap masks
+    assert w.tolist()[0] == pytest.approx([e(0.5), e(-1.0), 0.0, 0.0])
+    # sequence level: one ratio e^(0.5 - 1 + 2) = e^1.5 ~ 4.48 for the whole completion
+    w, _ = truncated_is_weights(old, sampler, mask, cap=10.0, level="sequence", mode="mask")
+    assert w.tolist()[0] == pytest.approx([e(1.5)] * 3 + [0.0])
+    w, cut = truncated_is_weights(old, sampler, mask, cap=3.0, level="sequence", mode="mask")
+    assert w.tolist()[0] == [0.0] * 4 and cut.tolist() == [[True, True, True, False]]
+    w, _ = truncated_is_weights(old, sampler, mask, cap=10.0, floor=0.9, level="sequence")
+    assert w.tolist()[0] == pytest.approx([e(1.5)] * 3 + [0.0])
+
+
+def reference_weights(old, sampler, mask, cap, floor, level, mode):
+    """TRL's description, written out plainly: ratio = exp(old - sampler) per token (or exp of the row's summed
+    log-ratio); truncate = clamp(ratio, floor, cap); mask = ratio where floor <= ratio <= cap, else 0."""
+    out = torch.zeros_like(old)
+    for b in range(old.shape[0]):
+        logs = [float(old[b, t] - sampler[b, t]) if mask[b, t] else 0.0 for t in range(old.shape[1])]
+        row = [sum(logs)] * len(logs) if level == "sequence" else logs
+        for t, x in enumerate(row):
+            if not mask[b, t]:
+                continue
+            r = math.exp(min(x, 50.0))
+            lo = floor if floor > 0 else -math.inf
+            out[b, t] = min(max(r, lo), cap) if mode == "truncate" else (r if lo <= r <= cap else 0.0)
+    return out
+
+
+@pytest.mark.parametrize("level", ["token", "sequence"])
+@pytest.mark.parametrize("mode", ["truncate", "mask"])
+@pytest.mark.parametrize("floor", [0.0, 0.6])
+def test_weights_equal_an_independent_reference(level, mode, floor):
+    g = torch.Generator().manual_seed(11)
+    old = torch.randn(6, 9, generator=g) * 0.3
+    sampler = old + torch.randn(6, 9, generator=g) * 0.4
+    mask = (torch.rand(6, 9, generator=g) > 0.2).long()
+    mask[0] = 0  # an empty row
+    w, _ = truncated_is_weights(old, sampler, mask, cap=2.0, floor=floor, level=level, mode=mode)
+    torch.testing.assert_close(w, reference_weights(old, sampler, mask, 2.0, floor, level, mode), rtol=1e-5, atol=1e-6)
+
+
+def test_off_policy_sequence_mask_hand_worked():
+    # per-row mean of (sampler - current) over real tokens: 0.25, 1.0, 1.0, 0.0 (padding ignored)
+    logp = torch.tensor([[-1.0, -1.5, -9.0], [-2.0, -2.0, 0.0], [-2.0, -2.0, 0.0], [-1.0, -1.0, -1.0]])
+    sampler = torch.tensor([[-1.0, -1.0, 0.0], [-1.0, -1.0, 0.0], [-1.0, -1.0, 0.0], [-1.0, -1.0, -1.0]])
+    mask = torch.tensor([[1, 1, 0], [1, 1, 0], [1, 1, 0], [1, 1, 1]])
+    adv = torch.tensor([-1.0, -1.0, 0.5, -2.0])
+    keep = off_policy_sequence_mask(logp, sampler, mask, adv, threshold=0.5)
+    assert keep.tolist() == [True, False, True, True]  # dropped: negative advantage and KL 1.0 > 0.5
+    assert off_policy_sequence_mask(logp, sampler, mask, adv, threshold=1.0).tolist() == [True] * 4
+
+
+def test_config_refuses_what_it_cannot_honour():
+    with pytest.raises(ConfigError, match="algo.tis_floor"):
+        load_config(overrides=["algo.tis_cap=2", "algo.tis_floor=1.5"])
+    with pytest.raises(ConfigError, match="algo.tis_mode"):
+        load_config(overrides=["algo.tis_mode=\"mask\""])  # no cap: nothing to shape
+    with pytest.raises(ConfigError, match="algo.off_policy_mask"):
+        load_config(overrides=["algo.off_policy_mask=-1"])
+    assert AlgoConfig().off_policy_mask == 0.0 and AlgoConfig().tis_mode == "truncate"
+
+
+def test_a_masked_completion_gives_the_gradient_of_its_zero_surrogate():
+    """Through rl_update on a real model: with off-policy sequence masking, the gradient equals that of the same batch
+    with the dropped completions' advantages set to 0 (the same denominator: masking removes a completion's surrogate,
+    not its tokens from the normaliser), and with masking off it is the unmasked batch's."""
+    from rlvr.models import build_char_tokenizer, build_tiny_model
+    from rlvr.config import TinyModelConfig
+    from rlvr.rollout import Sampler
+    from rlvr.sampling import Sampling
+    from rlvr.update import UpdateSettings, rl_update
+
+    tok = build_char_tokenizer()
+    model = build_tiny_model(tok, TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=64), 0)
+    sampler = Sampler(model, tok, Sampling(max_new_tokens=8, temperature=1.0))
+    rollouts = sampler.sample(["1+2=", "3*4="], 4, torch.Generator().manual_seed(0)).rollouts
+    # the sampler "was" far more confident on rows 1 and 5 than the policy now is: their KL estimate is 2 nats a token
+    rollouts.sample_logp_BT = rollouts.sample_logp_BT + torch.tensor([0, 2.0, 0, 0, 0, 2.0, 0, 0]).unsqueeze(1) * rollouts.completion_mask_BT
+    adv = torch.tensor([0.5, -1.0, 0.5, 0.0, -0.5, 1.0, 0.2, -0.2])  # row 1 dropped (A < 0); row 5 kept (A > 0)
+
+    def grads(off_policy_mask, advantages):
+        m = build_tiny_model(tok, TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=64), 0)
+        m.load_state_dict(model.state_dict())
+        algo = AlgoConfig(aggregation="token_mean", off_policy_mask=off_policy_mask)
+        st = UpdateSettings.from_algo(algo, temperature=1.0, max_new_tokens=8, micro_batch_size=3, max_grad_norm=0.0)
+        opt = torch.optim.SGD(m.parameters(), lr=0.0)
+        out = rl_update(m, opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0), rollouts, advantages, st)
+        return {n: p.grad.clone() for n, p in m.named_parameters() if p.grad is not None}, out
+
+    masked, out = grads(0.5, adv)
+    expected, _ = grads(0.0, torch.where(torch.arange(8) == 1, 0.0, adv))
+    plain, _ = grads(0.0, adv)
+    for name in masked:
+        torch.testing.assert_close(masked[name], expected[name], rtol=1e-5, atol=1e-7)
+    assert any(not torch.allclose(masked[n], plain[n]) for n in masked)
+    forwarded = adv != 0  # with no KL or entropy term, a zero-advantage completion is not forwarded at all
+    share = float(rollouts.completion_mask_BT[1].sum() / rollouts.completion_mask_BT[forwarded].sum())
+    assert out["loss/off_policy_masked_frac"] == pytest.approx(share, rel=1e-5)
+
+
+def test_high_entropy_mask_at_several_quantiles_hand_worked():
+    from rlvr.algorithms import entropy_threshold, high_entropy_mask
+
+    entropy = torch.tensor([[0.1, 0.2, 0.3, 9.0], [0.4, 0.5, 0.6, 0.7]])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])
+    values = entropy[mask.bool()]  # 0.1 .. 0.7, seven tokens; padding's 9.0 never counts
+    for q, kept in ((1.0, 7), (0.5, 4), (0.2, 2), (0.01, 1)):
+        threshold = entropy_threshold(values, q)
+        keep = high_entropy_mask(entropy, mask, threshold)
+        assert int(keep.sum()) == kept, q
+        assert not keep[0, 3]
+    assert entropy_threshold(values, 0.5) == pytest.approx(0.4)  # the median of 0.1 .. 0.7
+
+
+def _tiny():
+    from rlvr.config import TinyModelConfig
+    from rlvr.models import build_char_tokenizer, build_tiny_model
+
+    tok = build_char_tokenizer()
+    return tok, build_tiny_model(tok, TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=64), 0)
+
+
+def _grads(model, rollouts, advantages, micro_batch_size, **algo):
+    from rlvr.update import UpdateSettings, rl_update
+
+    settings = UpdateSettings.from_algo(AlgoConfig(**algo), temperature=1.0, max_new_tokens=8, micro_batch_size=micro_batch_size,
+                                        max_grad_norm=0.0)
+    for p in model.parameters():
+        p.grad = None
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    out = rl_update(model, opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0), rollouts, advantages, settings)
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}, out
+
+
+def test_top_entropy_training_is_exact_across_micro_batches_and_equals_its_reference():
+    """The threshold is the whole batch's (one no-grad forward first): micro-batches of 1, 3 and all rows give one
+    gradient, equal to the whole-batch loss with the surrogate weighted by the high-entropy mask computed
+    independently; quantile 1.0 is today's update bit for bit."""
+    from rlvr.algorithms import LossSettings, entropy_threshold, high_entropy_mask, policy_loss
+    from rlvr.logprobs import completion_logprobs
+    from rlvr.rollout import Sampler
+    from rlvr.sampling import Sampling
+
+    tok, model = _tiny()
+    rollouts = Sampler(model, tok, Sampling(max_new_tokens=8, temperature=1.0)).sample(["1+2=", "3*4="], 4, torch.Generator().manual_seed(0)).rollouts
+    adv = torch.tensor([0.5, -1.0, 0.5, 0.3, -0.5, 1.0, 0.2, -0.2])
+    got = [_grads(model, rollouts, adv, mbs, top_entropy_quantile=0.3, aggregation="token_mean")[0] for mbs in (1, 3, 8)]
+    for other in got[1:]:
+        for name in got[0]:
+            torch.testing.assert_close(other[name], got[0][name], rtol=1e-5, atol=1e-7)
+    # the reference: one whole-batch loss, the mask from the batch's own entropies
+    model.zero_grad(set_to_none=True)
+    r = rollouts
+    logp, entropy = completion_logprobs(model, r.prompt_ids_BP, r.prompt_mask_BP, r.completion_ids_BT, r.completion_mask_BT, with_entropy=True)
+    mask = r.completion_mask_BT.bool()
+    keep = high_entropy_mask(entropy.detach(), mask, entropy_threshold(entropy.detach()[mask], 0.3))
+    assert 0 < int(keep.sum()) < int(mask.sum())
+    loss, _ = policy_loss(logp, logp.detach(), adv, r.completion_mask_BT, LossSettings(aggregation="token_mean"), is_weights=keep.float())
+    loss.backward()
+    for name, p in model.named_parameters():
+        if p.grad is not None:
+            torch.testing.assert_close(got[0][name], p.grad, rtol=1e-4, atol=1e-6)
+    today, _ = _grads(model, rollouts, adv, 3)
+    same, out = _grads(model, rollouts, adv, 3, top_entropy_quantile=1.0)
+    assert all(torch.equal(today[n], same[n]) for n in today) and "loss/top_entropy_kept_frac" not in out
+    _, out = _grads(model, rollouts, adv, 3, top_entropy_quantile=0.3)
+    assert out["loss/top_entropy_kept_frac"] == pytest.approx(0.3, abs=0.1)
