@@ -695,6 +695,11 @@ class RewardConfig:
         0.0, "DAPO soft overlong punishment over the last frac * max_new_tokens tokens (L_cache / L_max), as its own reward term; 0 = off."
     )
     overlong_penalty: float = knob(1.0, "Penalty at max_new_tokens for the overlong term (DAPO: 1.0).")
+    aggregation: Literal["sum", "normalize_then_sum"] = knob(
+        "sum", "How the terms make the reward RL trains on: their weighted sum; or, GDPO (TRL's multi_objective_aggregation = "
+        "'normalize_then_sum'), each term normalised within its group first ((r - mean) / (std + 1e-4)), so a term with a "
+        "small spread is not drowned by one with a large one (set algo.std_scale = 'batch' for TRL's batch scaling after)."
+    )
     workers: int = knob(
         0, "Score registered verifiers in this many worker processes, each item under a hard timeout (a hung verifier is killed, "
         "its sample counted missing; their timing is logged as time/verify/<term>/*); 0 scores in the training process (fine for the "

@@ -379,7 +379,7 @@ def sample_round(learner: Learner, batch: list[Example], terms: list[RewardTerm]
     per_row = [e for e in batch for _ in range(G)]
     scores = generation.scores if generation.scores is not None else score_completions(
         terms, cfg.reward, generation.prompts, generation.texts, per_row, rollouts.lengths_B.tolist(), cfg.rollout.max_new_tokens,
-        prompt_messages=generation.prompt_messages, completion_ids=completion_id_lists(rollouts), trace=generation.trace,
+        prompt_messages=generation.prompt_messages, completion_ids=completion_id_lists(rollouts), trace=generation.trace, group_size=G,
     )
     sampled = Sampled(per_row, rollouts, generation.texts, scores.total_B.to(device), scores.correct_B.to(device), generation.trace)
     return sampled, scores, t1 - t0, time.perf_counter() - t1

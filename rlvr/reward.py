@@ -304,7 +304,7 @@ def close_reward_terms(terms: list[RewardTerm]) -> None:
 
 @dataclass
 class Scores:
-    total_B: torch.Tensor  # weighted sum per completion; NaN where missing
+    total_B: torch.Tensor  # weighted sum per completion (reward.aggregation); NaN where missing
     terms: dict[str, TermScores] = field(default_factory=dict)
     correct_B: torch.Tensor | None = None  # the correctness term's scores; NaN where it gave none
 
@@ -369,6 +369,7 @@ def score_completions(
     prompt_messages: Sequence[list[dict[str, str]]] | None = None,
     completion_ids: Sequence[list[int]] | None = None,
     trace: Any = None,
+    group_size: int | None = None,
 ) -> Scores:
     """Every term on every completion, combined by weight (missing values: see the module doc).
 
@@ -383,12 +384,23 @@ def score_completions(
     term may ask for the `tool_calls` and `turns` columns; an environment with get_reward() adds its
     term (weight 1). The completion text per-item verifiers get is the model's own turns: a tool's
     output is never judged as the model's answer.
+
+    With reward.aggregation = "normalize_then_sum" (GDPO) the total is the weighted sum of each term
+    normalised within its group of `group_size` rows (which the call must hold whole).
     """
     n = len(completions)
     total_B = torch.zeros(n)
     scored_B = torch.zeros(n, dtype=torch.bool)
     failed_B = torch.zeros(n, dtype=torch.bool)
     scores = Scores(total_B)
+    gdpo = cfg.aggregation == "normalize_then_sum"
+    if gdpo and not group_size:
+        raise ValueError("reward.aggregation = 'normalize_then_sum' normalises each term within its group: pass group_size")
+
+    def term_values(values: list[float | None]) -> torch.Tensor:  # each row's contribution before its weight
+        values_B = torch.tensor([float("nan") if v is None else v for v in values])
+        return group_normalized(values_B, group_size) if gdpo else values_B
+
     messages = list(prompt_messages) if prompt_messages is not None else None
     ids = list(completion_ids) if completion_ids is not None else None
     conversation = Conversation.of(trace)
@@ -396,7 +408,7 @@ def score_completions(
         t = term.score(prompts, completions, examples, lengths, prompt_messages=messages, completion_ids=ids, conversation=conversation)
         scores.terms[term.name] = t
         present_B = torch.tensor([v is not None for v in t.values], dtype=torch.bool)
-        values_B = torch.tensor([float("nan") if v is None else v for v in t.values])
+        values_B = term_values(t.values)
         if term.weight != 0.0:
             total_B += torch.where(present_B, term.weight * values_B, 0.0)
             scored_B |= present_B
@@ -407,7 +419,7 @@ def score_completions(
         name = kind if kind not in scores.terms else f"{kind}.get_reward"  # never over a configured term's metrics
         scores.terms[name] = t
         present_B = torch.tensor([v is not None for v in t.values], dtype=torch.bool)
-        total_B += torch.where(present_B, torch.tensor([float("nan") if v is None else v for v in t.values]), 0.0)
+        total_B += torch.where(present_B, term_values(t.values), 0.0)
         scored_B |= present_B
         if t.failed:
             failed_B[sorted(t.failed)] = True
@@ -415,13 +427,31 @@ def score_completions(
         buffer = max(1, round(cfg.overlong_buffer_frac * max_new_tokens))
         penalty_B = overlong_penalty(torch.tensor(lengths), max_new_tokens, buffer, cfg.overlong_penalty)
         scores.terms["overlong"] = TermScores(penalty_B.tolist())
-        total_B += penalty_B
+        total_B += group_normalized(penalty_B, group_size) if gdpo else penalty_B
     total_B[~scored_B | failed_B] = float("nan")
     if terms:  # the correctness term judges, or on routed data each row's own term
         judge = correctness_term(terms)
         verdicts = routed_verdicts({name: t.values for name, t in scores.terms.items()}, examples, judge)
         scores.correct_B = torch.tensor([float("nan") if v is None else v for v in verdicts])
     return scores
+
+
+def group_normalized(values_B: torch.Tensor, group_size: int, eps: float = 1e-4) -> torch.Tensor:
+    """GDPO's per-term step (TRL's normalize_then_sum): each value minus its group's mean, over its group's
+    (unbiased) std + eps, both over the group's present values; a missing value (NaN) stays missing, and a group
+    of one present value, or all equal, gives 0.
+
+    >>> group_normalized(torch.tensor([1.0, 0.0, 0.0, float("nan")]), 2)
+    tensor([ 0.7070, -0.7070,  0.0000,     nan])
+    """
+    v_NG = values_B.view(-1, group_size)
+    present = torch.isfinite(v_NG)
+    n = present.sum(dim=1, keepdim=True)
+    zeroed = torch.where(present, v_NG, 0.0)
+    mean = zeroed.sum(dim=1, keepdim=True) / n.clamp(min=1)
+    var = torch.where(present, (v_NG - mean) ** 2, 0.0).sum(dim=1, keepdim=True) / (n - 1).clamp(min=1)
+    out = (v_NG - mean) / (var.sqrt() + eps)
+    return torch.where(present, out, float("nan")).view(-1)
 
 
 def _environment_scores(raw: list[Any]) -> TermScores:

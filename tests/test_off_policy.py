@@ -192,3 +192,37 @@ def test_top_entropy_training_is_exact_across_micro_batches_and_equals_its_refer
     assert all(torch.equal(today[n], same[n]) for n in today) and "loss/top_entropy_kept_frac" not in out
     _, out = _grads(model, rollouts, adv, 3, top_entropy_quantile=0.3)
     assert out["loss/top_entropy_kept_frac"] == pytest.approx(0.3, abs=0.1)
+
+
+def test_gdpo_normalises_each_term_within_its_group_before_summing():
+    """reward.aggregation = "normalize_then_sum" against TRL's formula written out plainly, with a missing value; the
+    default ("sum") is the weighted sum as before."""
+    from rlvr.config import RewardConfig
+    from rlvr.data import Example
+    from rlvr.reward import RewardTerm, group_normalized, score_completions
+
+    correct = [1.0, 0.0, 1.0, 1.0]  # group 1: one right of two; group 2: both right (no spread)
+    short = [0.9, 0.1, 0.2, None]  # a second term with a missing value in group 2
+
+    def first(c, a):
+        return correct[int(a)]
+
+    def second(c, a):
+        return short[int(a)]
+
+    terms = [RewardTerm("first", 1.0, first, False, correctness=True), RewardTerm("second", 0.5, second, False)]
+    examples = [Example("p", str(i)) for i in range(4)]
+    gdpo = score_completions(terms, RewardConfig(aggregation="normalize_then_sum"), ["p"] * 4, ["x"] * 4, examples, [1] * 4, 8,
+                             group_size=2)
+    s = math.sqrt(0.5)  # the unbiased std of {1, 0}
+    eps = 1e-4
+    first_n = [0.5 / (s + eps), -0.5 / (s + eps), 0.0, 0.0]
+    second_n = [0.4 / (math.sqrt(0.32) + eps), -0.4 / (math.sqrt(0.32) + eps), 0.0, None]  # group 2: one present value -> 0
+    expected = [f + 0.5 * (v or 0.0) for f, v in zip(first_n, second_n)]
+    assert gdpo.total_B.tolist() == pytest.approx(expected, rel=1e-5)
+    plain = score_completions(terms, RewardConfig(), ["p"] * 4, ["x"] * 4, examples, [1] * 4, 8)
+    assert plain.total_B.tolist() == pytest.approx([1.45, 0.05, 1.1, 1.0])
+    assert gdpo.correct_B.tolist() == plain.correct_B.tolist()  # correctness is the verdict, whatever RL trains on
+    with pytest.raises(ValueError, match="group_size"):
+        score_completions(terms, RewardConfig(aggregation="normalize_then_sum"), ["p"] * 4, ["x"] * 4, examples, [1] * 4, 8)
+    assert torch.isnan(group_normalized(torch.tensor([1.0, float("nan")]), 2)[1])

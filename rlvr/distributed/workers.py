@@ -321,7 +321,7 @@ class RewardWorker:
             self.terms, self.cfg.reward, trace.prompts if trace is not None else prompts, sampled["texts"], examples,
             rollouts.lengths_B.tolist(), self.cfg.rollout.max_new_tokens,
             prompt_messages=trace.prompt_messages if trace is not None else prompt_messages, completion_ids=completion_id_lists(rollouts),
-            trace=trace,
+            trace=trace, group_size=self.cfg.rollout.group_size,
         )
         return {"scores": scores, "verify_s": time.perf_counter() - t0, "pid": os.getpid()}
 
