@@ -443,6 +443,11 @@ class AlgoConfig:
         "sequence_mask, verl's rollout rejection)."
     )
     tis_floor: float = knob(0.0, "With algo.tis_cap: the lower bound of the importance weights (0 = none; else in (0, 1)).")
+    pass_at_k: int = knob(
+        1, "PKPO (Walder & Karkhanis 2025): with k > 1 the advantages are each sample's contribution to the best of k "
+        "(the k-1 baselined estimator, unbiased for the gradient of pass@k / max@k) instead of reward minus algo.baseline; "
+        "algo.std_scale then scales them. 1 = ordinary (pass@1) advantages. At most rollout.group_size."
+    )
     top_entropy_quantile: float = knob(
         1.0, "Train the surrogate only on the batch's most uncertain tokens (Wang et al. 2025, 'Beyond the 80/20 rule'; TRL's "
         "top_entropy_quantile; 0.2 recommended; 1.0 = every token): the tokens of the completions that carry gradient whose "
@@ -474,6 +479,7 @@ class AlgoConfig:
                  "algo.tis_mode and algo.tis_floor shape the importance weights of algo.tis_cap, which is 0 (off): set tis_cap")
         _require(self.off_policy_mask >= 0.0, "algo.off_policy_mask", "must be >= 0 (0 = off)")
         _require(0.0 < self.top_entropy_quantile <= 1.0, "algo.top_entropy_quantile", "must be in (0, 1] (1 = every token)")
+        _require(self.pass_at_k >= 1, "algo.pass_at_k", "must be >= 1 (1 = ordinary advantages)")
         _require(
             not (self.tis_cap and self.reuse_sampling_logp and self.num_iterations > 1), "algo.tis_cap",
             "has nothing to correct with algo.reuse_sampling_logp: the old log-probs would be the sampler's own; turn one off",
@@ -886,6 +892,8 @@ class Config:
             "cannot be combined with tools (rollout.tools / rollout.environment): a budget counts one turn's thinking tokens, a "
             "conversation has several turns; evaluate tool runs without a budget",
         )
+        _require(self.algo.pass_at_k <= self.rollout.group_size, "algo.pass_at_k",
+                 f"= {self.algo.pass_at_k} needs at least that many samples per prompt (rollout.group_size = {self.rollout.group_size})")
         _require(
             not (self.algo.top_entropy_quantile < 1.0 and self.distributed.backend == "ray" and self.distributed.learner_workers > 0),
             "algo.top_entropy_quantile", "< 1 is not yet split across learner ranks (the threshold is the whole batch's; "

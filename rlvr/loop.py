@@ -310,7 +310,8 @@ def _train(learner: Learner, examples: list[Example], cfg: Config, reward_terms:
                     kl_B = learner.reference_kl(batch.rollouts)
                     rewards_B = rewards_B - ac.beta * kl_B
                     record["reward/kl_sequence"] = float(kl_B.mean())
-                advantages_B = compute_advantages(rewards_B, G, baseline=ac.baseline, std_scale=ac.std_scale, eps=ac.adv_eps)
+                advantages_B = compute_advantages(rewards_B, G, baseline=ac.baseline, std_scale=ac.std_scale, eps=ac.adv_eps,
+                                                  pass_at_k=ac.pass_at_k)
                 include_B = torch.isfinite(rewards_B)  # missing rewards: out of the loss entirely
                 if ac.mask_truncated:
                     include_B &= ~batch.rollouts.truncated_B

@@ -226,3 +226,45 @@ def test_gdpo_normalises_each_term_within_its_group_before_summing():
     with pytest.raises(ValueError, match="group_size"):
         score_completions(terms, RewardConfig(aggregation="normalize_then_sum"), ["p"] * 4, ["x"] * 4, examples, [1] * 4, 8)
     assert torch.isnan(group_normalized(torch.tensor([1.0, float("nan")]), 2)[1])
+
+
+def brute_force_pkpo(rewards, k):
+    """PKPO's s^(loo-1) by its definition: over every k-subset holding i, max(I) - max(I without i), over C(n, k)."""
+    import itertools
+
+    n = len(rewards)
+    out = []
+    for i in range(n):
+        total = 0.0
+        for subset in itertools.combinations(range(n), k):
+            if i in subset:
+                rest = [rewards[j] for j in subset if j != i]
+                total += max(rewards[j] for j in subset) - (max(rest) if rest else 0.0)
+        out.append(total / math.comb(n, k))
+    return out
+
+
+@pytest.mark.parametrize("n, k", [(4, 2), (5, 3), (6, 6), (8, 4), (7, 2)])
+def test_pkpo_weights_equal_brute_force_over_subsets(n, k):
+    from rlvr.algorithms import pass_at_k_weights
+
+    g = torch.Generator().manual_seed(n * 10 + k)
+    for rewards in (torch.rand(n, generator=g).tolist(), (torch.rand(n, generator=g) > 0.6).float().tolist(),
+                    [0.5] * (n - 1) + [1.0]):  # continuous, binary, ties
+        assert pass_at_k_weights(rewards, k) == pytest.approx(brute_force_pkpo(rewards, k), abs=1e-12)
+
+
+def test_pkpo_advantages_in_the_loop_shape():
+    """Binary rewards, G = 4, k = 2: the rarer a right answer in its group, the larger its advantage (pass@k rewards
+    finding one), a wrong one gets 0, all-equal groups and missing rewards 0; k = 1 is today's advantages."""
+    from rlvr.algorithms import compute_advantages
+
+    r = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0, float("nan"), 0.0, 0.0])
+    adv = compute_advantages(r, 4, std_scale="none", pass_at_k=2)
+    assert adv[:4].tolist() == pytest.approx([0.5, 0.0, 0.0, 0.0])
+    assert adv[4:8].tolist() == pytest.approx([1 / 6, 1 / 6, 1 / 6, 0.0])
+    assert adv[8:12].tolist() == [0.0] * 4
+    assert adv[12:].tolist() == pytest.approx([2 / 3, 0.0, 0.0, 0.0])  # three present: k = 2 of n = 3
+    assert torch.equal(compute_advantages(r, 4, pass_at_k=1), compute_advantages(r, 4))
+    with pytest.raises(ConfigError, match="algo.pass_at_k"):
+        load_config(overrides=["algo.pass_at_k=9", "rollout.group_size=8"])

@@ -10,7 +10,8 @@ shaping.py        reward terms computed from the completion itself (DAPO overlon
 registry.py       the name -> function registries behind every choice; the config accepts their names
 """
 
-from rlvr.algorithms.advantage import BASELINES, STD_SCALES, compute_advantages, group_stats, informative_groups
+from rlvr.algorithms.advantage import (BASELINES, STD_SCALES, compute_advantages, group_stats, informative_groups, pass_at_k_advantages,
+                                       pass_at_k_weights)
 from rlvr.algorithms.loss import (
     AGGREGATIONS,
     KL_ESTIMATORS,
@@ -43,6 +44,8 @@ __all__ = [
     "Registry",
     "aggregate",
     "compute_advantages",
+    "pass_at_k_advantages",
+    "pass_at_k_weights",
     "group_stats",
     "informative_groups",
     "kl_estimate",

@@ -22,6 +22,8 @@ advantage is 0. The caller also leaves that completion out of the loss (`torch.i
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from rlvr.algorithms.registry import Registry
@@ -77,6 +79,47 @@ def _check(rewards: torch.Tensor, group_size: int) -> None:
         raise ValueError(f"rewards must be 1-D with a multiple of group_size={group_size} entries, got {tuple(rewards.shape)}")
 
 
+def pass_at_k_weights(rewards: list[float], k: int) -> list[float]:
+    """PKPO's k-1 baselined estimator (Walder & Karkhanis 2025, s^(loo-1)): for each of a group's n rewards,
+    the mean over the k-subsets I of the group that hold it of max(I) - max(I without it): what the sample adds to
+    the best of k. Used as advantages, its policy gradient is an unbiased estimate of the gradient of max@k (pass@k
+    for 0/1 rewards), with a baseline that does not depend on the sample itself. Computed as
+    sum over (k-1)-subsets J of the others of max(0, r_i - max(J)) / C(n, k): with the others sorted, the m-th
+    smallest is the maximum of C(m-1, k-2) of them. k = 1 gives the rewards themselves.
+
+    >>> pass_at_k_weights([1.0, 0.0, 0.0, 0.0], 2)  # the one right answer adds 1 to each of its 3 pairs, of 6
+    [0.5, 0.0, 0.0, 0.0]
+    >>> pass_at_k_weights([1.0, 1.0, 0.0, 0.0], 2)  # two right: each adds only where the other is absent
+    [0.3333333333333333, 0.3333333333333333, 0.0, 0.0]
+    """
+    n = len(rewards)
+    if k <= 1:
+        return list(rewards)
+    if k > n:
+        raise ValueError(f"pass@k with k = {k} needs at least k samples per group, got {n}")
+    total = math.comb(n, k)
+    out = []
+    for i, r in enumerate(rewards):
+        others = sorted(rewards[:i] + rewards[i + 1:])
+        out.append(sum(math.comb(m - 1, k - 2) * max(0.0, r - others[m - 1]) for m in range(k - 1, n)) / total)
+    return out
+
+
+def pass_at_k_advantages(rewards: torch.Tensor, group_size: int, k: int, std_scale: str = "none", eps: float = 1e-4) -> torch.Tensor:
+    """Advantages for pass@k (algo.pass_at_k = k > 1): each group's `pass_at_k_weights` over its present rewards
+    (with fewer than k present, k is their count), then `std_scale` over those weights; missing rewards get 0."""
+    _check(rewards, group_size)
+    r_NG = rewards.float().view(-1, group_size)
+    valid_NG = torch.isfinite(r_NG)
+    s_NG = torch.zeros_like(r_NG)
+    for g in range(r_NG.shape[0]):
+        idx = valid_NG[g].nonzero().squeeze(1).tolist()
+        if len(idx) >= 2:
+            s_NG[g, idx] = torch.tensor(pass_at_k_weights([float(r_NG[g, j]) for j in idx], min(k, len(idx))))
+    adv_NG = STD_SCALES.lookup(std_scale)(s_NG, s_NG, valid_NG, eps)
+    return adv_NG.masked_fill(~informative_groups(rewards, group_size).unsqueeze(1) | ~valid_NG, 0.0).view(-1)
+
+
 def compute_advantages(
     rewards: torch.Tensor,
     group_size: int,
@@ -84,11 +127,12 @@ def compute_advantages(
     baseline: str = "group_mean",
     std_scale: str = "group",
     eps: float = 1e-4,
+    pass_at_k: int = 1,
 ) -> torch.Tensor:
     """Advantages for prompt-major rewards of shape (N*G,); missing rewards (NaN/inf) get 0.
 
     `baseline` (BASELINES) and `std_scale` (STD_SCALES) are the two choices; `eps` keeps the std
-    division finite.
+    division finite. `pass_at_k` > 1 (PKPO): `pass_at_k_advantages` instead, its own baseline built in.
 
     >>> compute_advantages(torch.tensor([1.0, 0.0, 0.0, 0.0]), group_size=4, baseline="group_mean", std_scale="none")
     tensor([ 0.7500, -0.2500, -0.2500, -0.2500])
@@ -97,6 +141,8 @@ def compute_advantages(
     """
     center, scale = BASELINES.lookup(baseline), STD_SCALES.lookup(std_scale)
     _check(rewards, group_size)
+    if pass_at_k > 1:
+        return pass_at_k_advantages(rewards, group_size, pass_at_k, std_scale, eps)
 
     r_NG = rewards.float().view(-1, group_size)
     valid_NG = torch.isfinite(r_NG)
