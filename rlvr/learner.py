@@ -31,7 +31,7 @@ from rlvr.config import Config
 from rlvr.data import Example, chat_prompts, format_prompt
 from rlvr.models import reference_for
 from rlvr.optim import new_adamw
-from rlvr.rollout import Rollouts, make_sampler
+from rlvr.rollout import Rollouts, ToolSettings, make_sampler
 from rlvr.sharded_checkpoint import is_sharded, load_sharded
 from rlvr.update import UpdateSettings, rl_update, sequence_kl_to_reference
 
@@ -164,6 +164,7 @@ class LocalLearner:
         self.lookahead = 0
         self.optimizer_loaded = False  # by load_policy, from a checkpoint that learner ranks wrote
         self._sampler, self._sampling, self._engine = None, cfg.rollout.sampling(), cfg.rollout.engine
+        self._tools = ToolSettings.from_config(cfg.rollout)  # None: single-turn rollouts
         self.gradient_checkpointing = cfg.model.gradient_checkpointing
         if self.gradient_checkpointing:
             policy.gradient_checkpointing_enable()
@@ -174,7 +175,7 @@ class LocalLearner:
         """Built on first use: a learner whose rounds Ray rollout workers sample never builds one (a
         vLLM engine would hold a copy of the weights for nothing)."""
         if self._sampler is None:
-            self._sampler = make_sampler(self.policy, self.tokenizer, self._sampling, self._engine)
+            self._sampler = make_sampler(self.policy, self.tokenizer, self._sampling, self._engine, tools=self._tools, data_cfg=self.data_cfg)
         return self._sampler
 
     def _weights_changed(self) -> None:

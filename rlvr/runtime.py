@@ -38,7 +38,7 @@ from rlvr.report import write_report
 from rlvr.reward import route_of
 from rlvr.rollout.engines import set_weight_packing
 from rlvr.rollout.multiturn import ToolSettings
-from rlvr.rollout.samplers import set_tool_options, set_vllm_options
+from rlvr.rollout.samplers import set_vllm_options
 from rlvr.rollout.vllm_sampler import VLLMSettings, vllm_unavailable
 from rlvr.rollout.vllm_server import ServerError, server_info
 from rlvr.sources import resolve_model
@@ -58,7 +58,6 @@ def apply_run_settings(cfg: Config, threads: int | None = None) -> None:
     set_prompt_sharing(cfg.run.share_prompts)
     set_weight_packing(cfg.rollout.pack_weights)
     set_vllm_options(VLLMSettings.from_config(cfg.rollout), cfg.rollout.server_url, cfg.rollout.server_timeout_s)
-    set_tool_options(ToolSettings.from_config(cfg.rollout), cfg.data)
     retain_freed_memory(cfg.run.retain_freed_memory)
     configure_cpu_math()
 
@@ -213,9 +212,9 @@ def load_teacher(cfg: Config, tokenizer, student):
 
 def evaluation_options(cfg: Config) -> dict:
     """What `evaluate` takes from the rest of the config: its Sampling (eval's, ending at rollout.stop,
-    under thinking.budget), the engine, the seed of its sampling and the thinking tags."""
+    under thinking.budget), the engine, the seed of its sampling, the thinking tags and the tools."""
     return {"sampling": cfg.eval.sampling(cfg.rollout.stop, cfg.thinking), "engine": cfg.rollout.engine, "seed": cfg.run.seed,
-            "thinking": cfg.thinking}
+            "thinking": cfg.thinking, "tools": ToolSettings.from_config(cfg.rollout)}
 
 
 def draw_report(run_dir: Path, reporter: Reporter) -> None:

@@ -94,7 +94,7 @@ def test_the_code_task_asks_the_tiny_tokenizer_for_code_fences():
     code = load_config(overrides=["data.source=code", 'reward.functions=["python_code"]'])
     assert task_for(code).tiny_tokenizer(code) == {"thinking": False, "code": True, "tools": False}
     think = load_config(overrides=["task.format=think"])
-    assert task_for(think).tiny_tokenizer(think) == {"thinking": True, "code": False}
+    assert task_for(think).tiny_tokenizer(think) == {"thinking": True, "code": False, "tools": False}
 
 
 MIX = 'data.mix=[{source = "arithmetic", name = "a"}, {source = "jsonl", name = "j", eval_path = "e.jsonl"}]'

@@ -92,6 +92,7 @@ def test_rejection_sampling_keeps_conversations(tool_run):
     from rlvr.metrics import PhaseBar
     from rlvr.models import load_model, load_tokenizer
     from rlvr.reward import build_reward_terms, correctness_term
+    from rlvr.rollout.multiturn import ToolSettings
     from rlvr.runtime import apply_run_settings
     from rlvr.stages.rejection import rejection_sample
     from rlvr.tasks import load_splits
@@ -103,7 +104,7 @@ def test_rejection_sampling_keeps_conversations(tool_run):
     terms = build_reward_terms(cfg.reward)
     rft = Config().rft
     traces = rejection_sample(model, tok, train[:8], cfg.data, rft, cfg.rft.sampling(cfg.rollout.max_new_tokens, cfg.rollout.stop),
-                              correctness_term(terms), PhaseBar(None, None), source="toy", seed=0)
+                              correctness_term(terms), PhaseBar(None, None), source="toy", seed=0, tools=ToolSettings.from_config(cfg.rollout))
     assert traces.report["sampled"] == 8 * rft.samples
     for row in traces.rows:
         assert isinstance(row["conversation"], list) and row["conversation"][-1]["role"] == "assistant"

@@ -40,6 +40,7 @@ from rlvr.pipeline import run as run_pipeline
 from rlvr.reward import build_reward_terms, close_reward_terms, correctness_term, other_terms
 from rlvr.runtime import apply_run_settings, check_engine, data_fingerprint, forward_precision, new_run_dir
 from rlvr.sources import ModelSource, resolve_model
+from rlvr.rollout.multiturn import ToolSettings
 from rlvr.stages.evaluate import EvalResult, key_figures, percent, write_eval
 from rlvr.stages.rejection import as_data_row, choose_prompts, rejection_sample
 from rlvr.tasks import load_splits
@@ -153,7 +154,7 @@ def _traces(source: ModelSource, cfg: Config, train, held_out, out_dir: Path, te
     with forward_precision(cfg, device), reporter.phase("sample", total) as bar:
         traces = rejection_sample(model, tokenizer, prompts, cfg.data, cfg.rft, cfg.rft.sampling(cfg.rollout.max_new_tokens, cfg.rollout.stop),
                                   correctness_term(terms), bar, source=source.spec, seed=cfg.run.seed, engine=cfg.rollout.engine,
-                                  others=other_terms(terms))
+                                  others=other_terms(terms), tools=ToolSettings.from_config(cfg.rollout))
     report = {**traces.report, "settings": settings}
     if not traces.rows:
         raise NoSurvivors(

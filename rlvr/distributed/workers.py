@@ -30,7 +30,7 @@ from rlvr.distributed.weight_sync import WeightSyncError, WeightSyncGroup
 from rlvr.errors import UsageError
 from rlvr.learner import group_generators
 from rlvr.reward import Scores, build_reward_terms, close_reward_terms, score_completions
-from rlvr.rollout import Rollouts, completion_id_lists, make_sampler
+from rlvr.rollout import Rollouts, ToolSettings, completion_id_lists, make_sampler
 from rlvr.runtime import apply_run_settings, forward_precision
 
 
@@ -193,7 +193,8 @@ class RolloutWorker(StartedActor):
             apply_run_settings(cfg, threads)  # process-wide settings, as the driver sets them for itself
             self.model, self.tokenizer, self.cfg = build_policy(spec, unpack_weights(weights), device), tokenizer, cfg
             self.version: int | None = 0  # the initial model is version 0; None while a load is under way
-            self.sampler = make_sampler(self.model, tokenizer, cfg.rollout.sampling(), cfg.distributed.rollout_engine or cfg.rollout.engine)
+            self.sampler = make_sampler(self.model, tokenizer, cfg.rollout.sampling(), cfg.distributed.rollout_engine or cfg.rollout.engine,
+                                        tools=ToolSettings.from_config(cfg.rollout), data_cfg=cfg.data)
             self.generator = torch.Generator(device=device)  # unused under group seeding; generate() wants one
         except Exception as err:  # noqa: BLE001 - re-raised by ready()
             self.init_error = err

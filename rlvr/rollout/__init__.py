@@ -10,7 +10,7 @@ from rlvr.rollout.engines import STATIC_MODEL_TYPES, StaticCacheEngine, Transfor
 from rlvr.rollout.generate import DecodingError, Rollouts, completion_id_lists, concat_rollouts, decode_completions, encode_prompts, generate, sample_next
 from rlvr.rollout.sampler import Completions, Sampler
 from rlvr.rollout.multiturn import ToolSampler, ToolSettings, ToolTrace
-from rlvr.rollout.samplers import make_sampler, set_tool_options, set_vllm_options
+from rlvr.rollout.samplers import make_sampler, set_vllm_options
 
 __all__ = [
     "STATIC_MODEL_TYPES",
@@ -31,7 +31,6 @@ __all__ = [
     "make_engine",
     "make_sampler",
     "sample_next",
-    "set_tool_options",
     "set_vllm_options",
     "static_engine_unsupported",
 ]

@@ -41,8 +41,7 @@ from rlvr.files import atomic_write_text
 from rlvr.data import Example, format_prompt
 from rlvr.metrics import PhaseBar
 from rlvr.reward import RewardTerm
-from rlvr.rollout import ToolTrace, make_sampler
-from rlvr.rollout.samplers import PROCESS_TOOLS
+from rlvr.rollout import ToolSettings, ToolTrace, make_sampler
 from rlvr.rollout.sampler import opens_thinking
 from rlvr.sampling import InvalidSampling, Sampling
 from rlvr.stages.estimators import bootstrap_intervals, maj_at_k, pass_at_k
@@ -147,7 +146,7 @@ class _Evaluation:
 
     def __init__(self, model, tokenizer, examples: list[Example], data_cfg: DataConfig, cfg: EvalConfig, correctness: RewardTerm,
                  others: list[RewardTerm], bar: PhaseBar, sampling: Sampling, engine: str, thinking: ThinkingConfig | None,
-                 tools: object = PROCESS_TOOLS) -> None:
+                 tools: ToolSettings | None = None) -> None:
         self.tokenizer, self.examples, self.data_cfg, self.cfg = tokenizer, examples, data_cfg, cfg
         self.correctness, self.others, self.bar = correctness, others, bar
         self.device = next(model.parameters()).device
@@ -188,7 +187,7 @@ def evaluate(
     seed: int = 0,
     others: list[RewardTerm] | None = None,
     thinking: ThinkingConfig | None = None,
-    tools: object = PROCESS_TOOLS,
+    tools: ToolSettings | None = None,
 ) -> EvalResult:
     """Greedy completions of `examples` and, with cfg.samples = N, N sampled ones each, judged by
     the correctness term (`reward.correctness`: `rlvr.reward.correctness_term`). `sampling`: how
@@ -196,8 +195,8 @@ def evaluate(
     greedy for the one completion per problem). `seed` seeds the sampling generator (the same seed
     gives every model the same random numbers). `others`: more reward terms whose mean over the
     greedy and the sampled completions is reported (`terms`). `thinking`: the thinking tags, for
-    the share of well-formed blocks and their length. `tools`: the tool settings (default: this
-    process's, rollout.tools; None: single-turn). With tools, the greedy conversations' tools/*
+    the share of well-formed blocks and their length. `tools`: the run's tool settings
+    (`ToolSettings.from_config(cfg.rollout)`; None: single-turn). With tools, the greedy conversations' tools/*
     figures are reported (`tools`, each sample's `conversation`), and with eval.tool_control the
     greedy accuracy of the same model with no tool offered (`without_tools`)."""
     if cfg.max_problems:

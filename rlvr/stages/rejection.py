@@ -29,7 +29,7 @@ from rlvr.config import DataConfig, RFTConfig
 from rlvr.data import Example, format_prompt
 from rlvr.metrics import PhaseBar
 from rlvr.reward import RewardTerm, route_of
-from rlvr.rollout import make_sampler
+from rlvr.rollout import ToolSettings, make_sampler
 from rlvr.sampling import Sampling
 from rlvr.stages.judging import judge
 
@@ -84,6 +84,7 @@ def rejection_sample(
     seed: int,
     engine: str = "auto",
     others: list[RewardTerm] = (),
+    tools: ToolSettings | None = None,
 ) -> Traces:
     """Sample cfg.samples completions of every example as `sampling` says (`cfg.rft.sampling(...)`),
     judge them with the correctness term (on routed data each row's own term, among `others`:
@@ -93,7 +94,7 @@ def rejection_sample(
     generator = torch.Generator(device=device).manual_seed(seed)
     pick = random.Random(f"rft-select:{seed}")
     k, per_batch = cfg.samples, max(1, cfg.batch_size // cfg.samples)
-    sampler = make_sampler(model, tokenizer, sampling, engine)
+    sampler = make_sampler(model, tokenizer, sampling, engine, tools=tools, data_cfg=data_cfg)  # tools: a tool run's conversations
     prompts = [format_prompt(tokenizer, e, data_cfg) for e in examples]
     order = sorted(range(len(examples)), key=lambda i: len(prompts[i]))  # similar lengths decode together
     counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
