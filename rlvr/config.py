@@ -423,6 +423,16 @@ class AlgoConfig:
         "loss", "Where the KL goes: a per-token term in the loss (GRPO), or beta * summed KL subtracted from each reward (RLOO, PPO-RLHF)."
     )
     entropy_coef: float = knob(0.0, "Entropy bonus: subtract entropy_coef * per-token policy entropy from the loss (0 = off).")
+    entropy_adaptive: bool = knob(
+        False, "Adaptive entropy control (Skywork-OR1; TRL's use_adaptive_entropy): algo.entropy_coef is the starting "
+        "coefficient; after each update it rises by entropy_coef_delta when the policy's mean entropy over the tokens "
+        "trained on was at or below entropy_target and falls by it otherwise (within [entropy_coef_min, entropy_coef_max]), "
+        "and the bonus acts only while the last measured entropy is at or below the target.",
+    )
+    entropy_target: float = knob(0.2, "Adaptive entropy control: the mean token entropy (nats) below which the bonus acts.")
+    entropy_coef_delta: float = knob(0.005, "Adaptive entropy control: the coefficient's step per update.")
+    entropy_coef_min: float = knob(0.0, "Adaptive entropy control: the coefficient's lower bound.")
+    entropy_coef_max: float = knob(1.0, "Adaptive entropy control: the coefficient's upper bound.")
     num_iterations: int = knob(1, "mu: optimisation passes over each rollout batch.")
     reuse_sampling_logp: bool = knob(
         False, "With num_iterations > 1, take the old policy's log-probs from sampling instead of a forward pass "
@@ -480,6 +490,8 @@ class AlgoConfig:
         _require(self.off_policy_mask >= 0.0, "algo.off_policy_mask", "must be >= 0 (0 = off)")
         _require(0.0 < self.top_entropy_quantile <= 1.0, "algo.top_entropy_quantile", "must be in (0, 1] (1 = every token)")
         _require(self.pass_at_k >= 1, "algo.pass_at_k", "must be >= 1 (1 = ordinary advantages)")
+        _require(self.entropy_coef_delta >= 0 and 0.0 <= self.entropy_coef_min <= self.entropy_coef_max, "algo.entropy_coef_min",
+                 "adaptive entropy control needs 0 <= entropy_coef_min <= entropy_coef_max and entropy_coef_delta >= 0")
         _require(
             not (self.tis_cap and self.reuse_sampling_logp and self.num_iterations > 1), "algo.tis_cap",
             "has nothing to correct with algo.reuse_sampling_logp: the old log-probs would be the sampler's own; turn one off",
@@ -894,6 +906,10 @@ class Config:
         )
         _require(self.algo.pass_at_k <= self.rollout.group_size, "algo.pass_at_k",
                  f"= {self.algo.pass_at_k} needs at least that many samples per prompt (rollout.group_size = {self.rollout.group_size})")
+        _require(
+            not (self.algo.entropy_adaptive and self.distributed.backend == "ray" and self.distributed.learner_workers > 0),
+            "algo.entropy_adaptive", "is not yet driven across learner ranks: use distributed.learner_workers = 0",
+        )
         _require(
             not (self.algo.top_entropy_quantile < 1.0 and self.distributed.backend == "ray" and self.distributed.learner_workers > 0),
             "algo.top_entropy_quantile", "< 1 is not yet split across learner ranks (the threshold is the whole batch's; "

@@ -16,6 +16,7 @@ lent for the length of a `with` block, so such a learner can gather one and free
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import random
 from collections.abc import Iterator
@@ -30,6 +31,7 @@ from rlvr.checkpoint import fault_point, load_weights, read_state, restore_rng_s
 from rlvr.config import Config
 from rlvr.data import Example, chat_prompts, format_prompt
 from rlvr.models import reference_for
+from rlvr.algorithms import adapt_entropy_coef
 from rlvr.optim import new_adamw
 from rlvr.rollout import Rollouts, ToolSettings, make_sampler
 from rlvr.sharded_checkpoint import is_sharded, load_sharded
@@ -165,6 +167,8 @@ class LocalLearner:
         self.optimizer_loaded = False  # by load_policy, from a checkpoint that learner ranks wrote
         self._sampler, self._sampling, self._engine = None, cfg.rollout.sampling(), cfg.rollout.engine
         self._tools = ToolSettings.from_config(cfg.rollout)  # None: single-turn rollouts
+        # Adaptive entropy control (algo.entropy_adaptive): the coefficient now, and the entropy the last update measured.
+        self.entropy_coef, self.last_entropy = cfg.algo.entropy_coef, None
         self.gradient_checkpointing = cfg.model.gradient_checkpointing
         if self.gradient_checkpointing:
             policy.gradient_checkpointing_enable()
@@ -205,10 +209,30 @@ class LocalLearner:
         if self._sampler is not None:
             self._sampler.rest()  # a colocated vLLM engine on GPU sleeps through the update
         try:
-            return rl_update(self.policy, self.optimizer, self.scheduler, rollouts, advantages_B, self.settings,
-                             reference=self.reference, include_B=include_B)
+            if not self.algo.entropy_adaptive:
+                return rl_update(self.policy, self.optimizer, self.scheduler, rollouts, advantages_B, self.settings,
+                                 reference=self.reference, include_B=include_B)
+            return self._adaptive_entropy_update(rollouts, advantages_B, include_B)
         finally:  # even a failed update may have stepped: a vLLM engine's copy is refreshed before it samples again
             self._weights_changed()
+
+    def _adaptive_entropy_update(self, rollouts: Rollouts, advantages_B: torch.Tensor, include_B: torch.Tensor) -> dict[str, float]:
+        """One update with the bonus at the current coefficient while the last measured entropy is at or below the
+        target (none before the first measurement counts as below), the policy's entropy over the trained tokens
+        measured on the way, then the coefficient's step (algo.entropy_*)."""
+        a = self.algo
+        applied = self.entropy_coef if self.last_entropy is None or self.last_entropy <= a.entropy_target else 0.0
+        settings = dataclasses.replace(self.settings, loss=dataclasses.replace(self.settings.loss, entropy_coef=applied),
+                                       measure_entropy=True)
+        out = rl_update(self.policy, self.optimizer, self.scheduler, rollouts, advantages_B, settings, reference=self.reference,
+                        include_B=include_B)
+        measured = out.get("loss/entropy")
+        if measured is not None:  # None: nothing was forwarded this step (every advantage 0), nothing measured
+            self.last_entropy = float(measured)
+            self.entropy_coef = adapt_entropy_coef(self.entropy_coef, self.last_entropy, a.entropy_target, a.entropy_coef_delta,
+                                                   a.entropy_coef_min, a.entropy_coef_max)
+        out["loss/entropy_coef"] = applied
+        return out
 
     def save_policy(self, directory: Path) -> None:
         save_weights(directory, self.policy)
@@ -226,7 +250,7 @@ class LocalLearner:
 
     def trainer_state(self) -> dict[str, Any]:
         return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(), "rng": rng_state(self.generator),
-                "rounds": self.rounds}
+                "rounds": self.rounds, "entropy_control": {"coef": self.entropy_coef, "last": self.last_entropy}}
 
     def load_trainer_state(self, state: dict[str, Any]) -> None:
         if not self.optimizer_loaded:  # else load_policy loaded it, from a sharded checkpoint
@@ -234,6 +258,9 @@ class LocalLearner:
         self.scheduler.load_state_dict(state["scheduler"])
         restore_rng_state(state["rng"], self.generator)
         self.rounds = state.get("rounds", 0)  # absent in checkpoints from before it was recorded
+        control = state.get("entropy_control")  # absent before adaptive entropy control existed
+        if control is not None:
+            self.entropy_coef, self.last_entropy = control["coef"], control["last"]
 
     @contextlib.contextmanager
     def evaluation_policy(self) -> Iterator[torch.nn.Module]:

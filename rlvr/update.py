@@ -125,6 +125,7 @@ class UpdateSettings:
     tis_floor: float = 0.0
     off_policy_mask: float = 0.0  # DeepSeek-V3.2's off-policy sequence masking threshold (0 = off)
     top_entropy_quantile: float = 1.0  # train on the batch's top share of tokens by entropy (1 = every token)
+    measure_entropy: bool = False  # compute the policy's entropy (loss/entropy) even with no bonus: adaptive entropy control reads it
 
     @classmethod
     def from_algo(cls, algo: AlgoConfig, *, temperature: float, max_new_tokens: int, micro_batch_size: int,
@@ -436,7 +437,8 @@ def run_update(policy: PreTrainedModel, optimizer: torch.optim.Optimizer, schedu
             with log.timed("time/forward"):
                 # The policy's entropy is computed only for the bonus: the step's entropy is already logged
                 # from sampling (rollout/entropy), and a (B, T, V) extra costs memory on real vocabularies.
-                logp, entropy = policy_logprobs(policy, chunk, st.temperature, with_entropy=st.loss.entropy_coef != 0.0)
+                logp, entropy = policy_logprobs(policy, chunk, st.temperature,
+                                                with_entropy=st.loss.entropy_coef != 0.0 or st.measure_entropy)
                 old_logp = old[i] if old is not None else logp.detach()
                 if st.tis_cap and tis[i] is None:
                     tis[i] = log.add_importance_weights(*sampler_correction(old_logp, chunk, adv_chunks[i], st))

@@ -208,6 +208,17 @@ def high_entropy_mask(entropy_BT: torch.Tensor, mask_BT: torch.Tensor, threshold
     return mask_BT.bool() & (entropy_BT >= threshold)
 
 
+def adapt_entropy_coef(coef: float, entropy: float, target: float, delta: float, low: float, high: float) -> float:
+    """Skywork-OR1's adaptive entropy control, one step (TRL's use_adaptive_entropy): the coefficient rises by
+    `delta` when the measured mean entropy is at or below `target` (the policy is collapsing), else falls by it;
+    kept within [low, high].
+
+    >>> adapt_entropy_coef(0.01, 0.1, 0.2, 0.005, 0.0, 1.0), adapt_entropy_coef(0.01, 0.5, 0.2, 0.005, 0.0, 1.0)
+    (0.015, 0.005)
+    """
+    return min(coef + delta, high) if entropy <= target else max(coef - delta, low)
+
+
 def off_policy_sequence_mask(logp_BT: torch.Tensor, sample_logp_BT: torch.Tensor, mask_BT: torch.Tensor, advantages_B: torch.Tensor,
                              threshold: float) -> torch.Tensor:
     """(B,) bool, True = keep: DeepSeek-V3.2's off-policy sequence masking (TRL's

@@ -1,9 +1,9 @@
-"""Off-policy correction beyond truncation (issue 38): the importance weights' modes (truncate or
-mask) and lower bound, at token and sequence level, and DeepSeek-V3.2's off-policy sequence mask.
-Hand-worked values, an independent reference written from TRL's description of the same settings
-(token_truncate, token_mask, sequence_truncate, sequence_mask with clip_min / clip_max;
-off_policy_mask_threshold), and the update itself: a dropped completion gives exactly the gradient
-of the batch where its surrogate is zero."""
+"""The objectives added since GRPO (issue 38), each against hand-worked values, an independent
+reference and the update itself: the importance weights' modes (truncate or mask) and lower bound
+at token and sequence level; DeepSeek-V3.2's off-policy sequence mask (a dropped completion gives
+exactly the gradient of the batch where its surrogate is zero); the top-entropy token quantile
+(exact across micro-batches); GDPO's per-term normalisation; PKPO's estimator (against brute force
+over subsets); adaptive entropy control. The defaults leave today's update as it was."""
 
 from __future__ import annotations
 
@@ -268,3 +268,42 @@ def test_pkpo_advantages_in_the_loop_shape():
     assert torch.equal(compute_advantages(r, 4, pass_at_k=1), compute_advantages(r, 4))
     with pytest.raises(ConfigError, match="algo.pass_at_k"):
         load_config(overrides=["algo.pass_at_k=9", "rollout.group_size=8"])
+
+
+def test_adaptive_entropy_control_steps_the_coefficient_and_resumes(tmp_path):
+    """The learner applies the bonus while the last measured entropy is at or below the target, steps the
+    coefficient after each update from the entropy the update measured, and keeps both in its trainer state."""
+    from rlvr.algorithms import adapt_entropy_coef
+    from rlvr.config import Config
+    from rlvr.learner import LocalLearner
+    from rlvr.rollout import Sampler
+    from rlvr.sampling import Sampling
+
+    assert adapt_entropy_coef(0.5, 0.1, 0.2, 0.3, 0.0, 0.6) == 0.6  # capped at the maximum
+    assert adapt_entropy_coef(0.1, 0.3, 0.2, 0.3, 0.0, 1.0) == 0.0  # floored at the minimum
+    tok, model = _tiny()
+    rollouts = Sampler(model, tok, Sampling(max_new_tokens=8, temperature=1.0)).sample(["1+2=", "3*4="], 4, torch.Generator().manual_seed(0)).rollouts
+    adv = torch.tensor([0.5, -1.0, 0.5, 0.3, -0.5, 1.0, 0.2, -0.2])
+    include = torch.ones(8, dtype=torch.bool)
+
+    def learner(target):
+        cfg = load_config(overrides=["algo.entropy_adaptive=true", "algo.entropy_coef=0.01", f"algo.entropy_target={target}",
+                                     "algo.entropy_coef_delta=0.004", "rollout.max_new_tokens=8", "train.lr=1e-6"])
+        return LocalLearner(model, tok, cfg)
+
+    high = learner(100.0)  # the entropy (~4.6 nats on a fresh model) is below the target: the bonus acts and grows
+    out = high.update(rollouts, adv, include)
+    assert out["loss/entropy_coef"] == 0.01 and out["loss/entropy"] > 1.0
+    assert high.entropy_coef == pytest.approx(0.014) and high.last_entropy == pytest.approx(out["loss/entropy"])
+    low = learner(0.5)  # above the target: the coefficient falls, and the next update applies no bonus
+    low.update(rollouts, adv, include)
+    assert low.entropy_coef == pytest.approx(0.006)
+    assert low.update(rollouts, adv, include)["loss/entropy_coef"] == 0.0 and low.entropy_coef == pytest.approx(0.002)
+    state = low.trainer_state()
+    again = learner(0.5)
+    again.load_trainer_state(state)
+    assert (again.entropy_coef, again.last_entropy) == (low.entropy_coef, low.last_entropy)
+    torch.save(state, tmp_path / "trainer.pt")
+    assert torch.load(tmp_path / "trainer.pt", weights_only=True)["entropy_control"]["coef"] == low.entropy_coef
+    with pytest.raises(ConfigError, match="algo.entropy_adaptive"):
+        load_config(overrides=["algo.entropy_adaptive=true", "distributed.backend=\"ray\"", "distributed.learner_workers=2"])
