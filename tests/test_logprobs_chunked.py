@@ -69,7 +69,10 @@ def test_chunked_scores_and_gradients_equal_the_one_pass_ones(batch, lora, aggre
         torch.testing.assert_close(entropy, reference[1], rtol=1e-6, atol=1e-6)
         assert grads.keys() == reference[2].keys() and grads
         for name in grads:
-            torch.testing.assert_close(grads[name], reference[2][name], rtol=1e-6, atol=1e-7, msg=name)
+            # Chunks sum the same terms in another order: fp32 rounding, ~2e-7 on gradients of size ~0.5 on an
+            # AVX-512 CPU (fails an absolute 1e-7 there). Bounded relative to the tensor's scale; an error would be ~1e-2.
+            scale = float(reference[2][name].abs().max())
+            torch.testing.assert_close(grads[name], reference[2][name], rtol=1e-6, atol=1e-6 * scale + 1e-9, msg=name)
 
 
 def test_no_vocabulary_wide_tensor_for_all_positions_is_made(batch, monkeypatch):
