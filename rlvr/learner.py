@@ -189,7 +189,8 @@ class LocalLearner:
     def generate(self, examples: list[Example], upcoming: list[list[Example]] = ()) -> Generation:
         fault_point("generate")
         G = self.rollout_cfg.group_size
-        distinct = [format_prompt(self.tokenizer, e, self.data_cfg) for e in examples]
+        # A tool run's sampler renders each prompt itself (with its tools and its environment's text): nothing to format here.
+        distinct = [] if self._tools is not None else [format_prompt(self.tokenizer, e, self.data_cfg) for e in examples]
         generators = group_generators(self.seed, self.rounds, len(examples), self.device) if self.rollout_cfg.seeding == "group" else None
         self.rounds += 1
         sampled = self.sampler.sample(distinct, G, self.generator, generators, examples=examples)
