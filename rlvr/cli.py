@@ -9,6 +9,7 @@
     rlvr eval RUN_DIR --compare RUN_DIR@sft   pass@k / maj@k of the policy beside its start
     rlvr rft RUN_DIR                   the policy's verified traces fine-tune the run's starting model
     rlvr distill --teacher RUN_DIR --student tiny:num_layers=1   ... or a smaller student
+    rlvr distill --on-policy --teacher RUN_DIR --student ...     the teacher grades every token the student samples
     rlvr recipe recipes/r1.toml        stages (sft, rl, rft, distill, eval) in order; --resume DIR continues
     rlvr import-gguf FILE OUT_DIR      a GGUF model file as a Hugging Face model directory
     rlvr serve RUN_DIR@start           a vLLM server runs sample from (rollout.engine=vllm_server); vLLM's args after --
@@ -352,20 +353,34 @@ def distill(
     teacher: str = typer.Option(..., help="The teacher: an RL run (runs/a) or any model."),
     student: str = typer.Option(..., help="A model directory or hub id, or tiny[:key=value,...] for a fresh tiny model (e.g. tiny:num_layers=1)."),
     overrides: Optional[list[str]] = OVERRIDES,
-    kl_coef: Optional[float] = typer.Option(None, "--kl-coef", help="Weight of the token-level KL(teacher || student) on the traces (needs a shared tokenizer; distill.kl_coef)."),
+    kl_coef: Optional[float] = typer.Option(None, "--kl-coef", help="Weight of the token-level KL(teacher || student) on the traces (distill.kl_coef); with --on-policy, of the teacher's per-token advantage (distill.on_policy_coef). Needs a shared tokenizer."),
     samples: Optional[int] = SAMPLES,
     max_per_prompt: Optional[int] = MAX_PER_PROMPT,
     select: Optional[str] = SELECT,
     prompts: Optional[int] = PROMPTS,
     out: Optional[str] = typer.Option(None, help="Output directory (default: runs/distill-<time>); rerun with the same --out to continue."),
+    on_policy: bool = typer.Option(False, "--on-policy", help="The student samples and the teacher's log-probs of each of its tokens are the "
+                                   "per-token advantage (RL on the teacher run's task; distill.on_policy_coef, distill.verifier_advantage)."),
     quiet: bool = typer.Option(False, help="No progress bars."),
 ) -> None:
-    """Distillation: the teacher's verified traces become the student's SFT data (R1's distilled models)."""
-    from rlvr.commands.rft import run_distill
+    """Distillation: the teacher's verified traces become the student's SFT data (R1's distilled models), or with
+    --on-policy the teacher grades every token the student samples."""
     from rlvr.metrics import Reporter
 
-    flags = _rft_flags(samples, max_per_prompt, select, prompts) + ([f"distill.kl_coef={kl_coef}"] if kl_coef is not None else [])
+    flags = _rft_flags(samples, max_per_prompt, select, prompts)
     with exit_codes():
+        if on_policy:
+            from rlvr.commands.distill import run_on_policy_distill
+
+            if flags:
+                raise UsageError("--samples, --max-per-prompt, --select and --prompts shape the traces of off-policy distillation; "
+                                  "--on-policy samples the student instead (rollout.*): drop them")
+            extra = [f"distill.on_policy_coef={kl_coef}"] if kl_coef is not None else []
+            run_on_policy_distill(teacher, student, [*extra, *(overrides or [])], Reporter(console, enabled=not quiet), out=out)
+            return
+        from rlvr.commands.rft import run_distill
+
+        flags += [f"distill.kl_coef={kl_coef}"] if kl_coef is not None else []
         run_distill(teacher, student, [*(overrides or []), *flags], Reporter(console, enabled=not quiet), out=out)
 
 

@@ -622,10 +622,24 @@ class DistillConfig:
         0.0, "Weight of KL(teacher || student) over the vocabulary at each trace token, added to SFT's NLL (needs teacher "
         "and student to share a tokenizer); 0 = SFT on the verified traces only."
     )
+    on_policy_coef: float = knob(
+        0.0, "On-policy distillation (`rlvr distill --on-policy`): in RL, each sampled token's advantage gains coef x (log "
+        "pi_teacher - log pi_student) of that token, the negative of its sampled reverse KL to distill.teacher (prime-rl's opd, "
+        "Thinking Machines' on-policy distillation); the student learns where its own samples go wrong. Needs a shared "
+        "tokenizer; 0 = off."
+    )
+    verifier_advantage: float = knob(
+        1.0, "With distill.on_policy_coef > 0: the weight of the verifier's group advantage beside the teacher's per-token "
+        "term; 0 = pure distillation (rewards are still computed and logged, and a completion with a missing reward still trains)."
+    )
 
     def validate(self) -> None:
         _require(self.kl_coef >= 0.0, "distill.kl_coef", "must be >= 0")
         _require(self.kl_coef == 0.0 or bool(self.teacher), "distill.kl_coef", "is > 0 but distill.teacher names no teacher model")
+        _require(self.on_policy_coef >= 0.0, "distill.on_policy_coef", "must be >= 0")
+        _require(self.on_policy_coef == 0.0 or bool(self.teacher), "distill.on_policy_coef",
+                 "is > 0 but distill.teacher names no teacher model")
+        _require(self.verifier_advantage >= 0.0, "distill.verifier_advantage", "must be >= 0")
 
 
 @dataclass
@@ -880,7 +894,7 @@ class Config:
     checkpoint: CheckpointConfig = section(CheckpointConfig, "Checkpoints and resuming.")
     eval: EvalConfig = section(EvalConfig, "Held-out evaluation.")
     rft: RFTConfig = section(RFTConfig, "Rejection sampling: verified completions of a model as SFT data (`rlvr rft`, `rlvr distill`).")
-    distill: DistillConfig = section(DistillConfig, "Distillation: the teacher's token-level term in SFT.")
+    distill: DistillConfig = section(DistillConfig, "Distillation: the teacher's token-level term in SFT, and on-policy distillation in RL.")
     thinking: ThinkingConfig = section(ThinkingConfig, "Thinking blocks: their tags, and a thinking budget at evaluation.")
     distributed: DistributedConfig = section(DistributedConfig, "Scale-out: where rollouts and verification run (local, or Ray workers).")
     monitor: MonitorConfig = section(MonitorConfig, "The live reward-hacking monitor: hack/* metrics, and stopping on a hack.")
@@ -914,6 +928,11 @@ class Config:
             not (self.algo.top_entropy_quantile < 1.0 and self.distributed.backend == "ray" and self.distributed.learner_workers > 0),
             "algo.top_entropy_quantile", "< 1 is not yet split across learner ranks (the threshold is the whole batch's; "
             "each rank sees its share): use distributed.learner_workers = 0",
+        )
+        _require(
+            not (self.distill.on_policy_coef > 0 and self.distributed.backend == "ray" and self.distributed.learner_workers > 0),
+            "distill.on_policy_coef", "> 0 is not yet run on learner ranks (the teacher is loaded beside the learner in the driver): "
+            "use distributed.learner_workers = 0",
         )
         _require(
             not (self.rollout.multi_turn and self.distributed.backend == "ray" and self.distributed.mode == "async"

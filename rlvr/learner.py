@@ -155,6 +155,11 @@ class LocalLearner:
         self.settings = UpdateSettings.from_config(cfg)
         self.device = next(policy.parameters()).device
         self.reference = reference_for(policy) if cfg.algo.beta > 0 else None
+        self.teacher = None  # on-policy distillation (distill.on_policy_coef): frozen, beside the policy
+        if cfg.distill.on_policy_coef > 0:
+            from rlvr.runtime import load_teacher  # the runtime layer: a run point or directory, as `rlvr eval` resolves one
+
+            self.teacher = load_teacher(cfg, tokenizer, policy, "distill.on_policy_coef")
         trainable = [p for p in policy.parameters() if p.requires_grad]  # with LoRA: the adapters only
         tc = cfg.train
         self.optimizer = adamw(policy, tc.lr, (tc.adam_beta1, tc.adam_beta2), tc.adam_epsilon, tc.weight_decay)
@@ -212,7 +217,7 @@ class LocalLearner:
         try:
             if not self.algo.entropy_adaptive:
                 return rl_update(self.policy, self.optimizer, self.scheduler, rollouts, advantages_B, self.settings,
-                                 reference=self.reference, include_B=include_B)
+                                 reference=self.reference, include_B=include_B, teacher=self.teacher)
             return self._adaptive_entropy_update(rollouts, advantages_B, include_B)
         finally:  # even a failed update may have stepped: a vLLM engine's copy is refreshed before it samples again
             self._weights_changed()
@@ -226,7 +231,7 @@ class LocalLearner:
         settings = dataclasses.replace(self.settings, loss=dataclasses.replace(self.settings.loss, entropy_coef=applied),
                                        measure_entropy=True)
         out = rl_update(self.policy, self.optimizer, self.scheduler, rollouts, advantages_B, settings, reference=self.reference,
-                        include_B=include_B)
+                        include_B=include_B, teacher=self.teacher)
         measured = out.get("loss/entropy")
         if measured is not None:  # None: nothing was forwarded this step (every advantage 0), nothing measured
             self.last_entropy = float(measured)

@@ -7,6 +7,7 @@
         (dynamic sampling: drop all-equal groups, sample again until the batch is full)
         (KL in reward: rewards -= beta * learner.reference_kl(rollouts))
         adv       = compute_advantages(rewards, G, ...)                (3) algorithms/advantage.py
+        (on-policy distillation: the teacher's per-token term joins adv in the update)
         metrics   = learner.update(rollouts, adv, include)             (4, 5) algorithms/loss.py, update.py
         write one metrics line; sometimes sample completions; checkpoint
 
@@ -313,6 +314,8 @@ def _train(learner: Learner, examples: list[Example], cfg: Config, reward_terms:
                 advantages_B = compute_advantages(rewards_B, G, baseline=ac.baseline, std_scale=ac.std_scale, eps=ac.adv_eps,
                                                   pass_at_k=ac.pass_at_k)
                 include_B = torch.isfinite(rewards_B)  # missing rewards: out of the loss entirely
+                if cfg.distill.on_policy_coef > 0:  # the teacher's per-token term joins these in the update
+                    advantages_B, include_B = beside_teacher(advantages_B, include_B, cfg.distill.verifier_advantage)
                 if ac.mask_truncated:
                     include_B &= ~batch.rollouts.truncated_B
                 record.update(learner.update(batch.rollouts, advantages_B, include_B))
@@ -436,6 +439,18 @@ def _rollout_metrics(samples: StepSamples, t_start: float, t_verified: float, t_
         "time/update": t_end - t_verified,
         "time/step": t_end - t_start,
     }
+
+
+def beside_teacher(advantages_B: torch.Tensor, include_B: torch.Tensor, weight: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """On-policy distillation: the verifier's advantages at `weight` (distill.verifier_advantage) beside the teacher's
+    per-token term. At 0 the teacher alone teaches: every completion trains, one with a missing reward too.
+
+    >>> beside_teacher(torch.tensor([1.0, float("nan")]), torch.tensor([True, False]), 0.0)
+    (tensor([0., 0.]), tensor([True, True]))
+    """
+    if weight == 0.0:
+        return torch.zeros_like(advantages_B), torch.ones_like(include_B)
+    return advantages_B * weight, include_B
 
 
 def _write_samples(out: JsonlWriter, step: int, batch: Sampled, rewards_B: torch.Tensor, advantages_B: torch.Tensor, n: int) -> list[dict]:

@@ -5,6 +5,7 @@ Tokens are scored by `rlvr.logprobs.completion_logprobs`, shared with SFT and ev
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel
 
-from rlvr.algorithms import (LossSettings, entropy_threshold, high_entropy_mask, loss_normalizer, masked_mean, off_policy_sequence_mask,
+from rlvr.algorithms import (LossSettings, distillation_advantages, entropy_threshold, high_entropy_mask, loss_normalizer, masked_mean, off_policy_sequence_mask,
                              policy_loss, sequence_kl, truncated_is_weights)
 from rlvr.batching import micro_batches, token_budget_batches
 from rlvr.config import AlgoConfig, Config
@@ -126,6 +127,7 @@ class UpdateSettings:
     off_policy_mask: float = 0.0  # DeepSeek-V3.2's off-policy sequence masking threshold (0 = off)
     top_entropy_quantile: float = 1.0  # train on the batch's top share of tokens by entropy (1 = every token)
     measure_entropy: bool = False  # compute the policy's entropy (loss/entropy) even with no bonus: adaptive entropy control reads it
+    distill_coef: float = 0.0  # on-policy distillation (distill.on_policy_coef): the teacher's per-token term; 0 = off
 
     @classmethod
     def from_algo(cls, algo: AlgoConfig, *, temperature: float, max_new_tokens: int, micro_batch_size: int,
@@ -145,11 +147,12 @@ class UpdateSettings:
 
     @classmethod
     def from_config(cls, cfg: Config) -> UpdateSettings:
-        return cls.from_algo(
+        settings = cls.from_algo(
             cfg.algo, temperature=cfg.rollout.temperature, max_new_tokens=cfg.rollout.max_new_tokens,
             micro_batch_size=cfg.train.micro_batch_size, max_grad_norm=cfg.train.max_grad_norm,
             micro_batch_tokens=cfg.train.micro_batch_tokens, bucket_overhead_tokens=cfg.train.bucket_overhead_tokens,
         )
+        return dataclasses.replace(settings, distill_coef=cfg.distill.on_policy_coef) if cfg.distill.on_policy_coef else settings
 
 
 @dataclass(frozen=True)
@@ -170,8 +173,8 @@ def plan_micro_batches(rollouts: Rollouts, advantages_B: torch.Tensor, include_B
     """Which completions count (`include_B`, less those whose advantage is NaN or inf: missing
     rewards) and which are forwarded, in micro-batches of similar lengths.
 
-    When the loss has no KL and no entropy term, a completion with advantage 0 contributes exactly
-    zero loss and gradient, so it is not forwarded (it still counts in the denominator); in a
+    When the loss has no KL, no entropy and no distillation term, a completion with advantage 0 contributes
+    exactly zero loss and gradient, so it is not forwarded (it still counts in the denominator); in a
     typical step a third to a half of the groups are all-equal. Sorting by length wastes less
     compute on padding and changes nothing else: every micro-batch shares the whole batch's normaliser.
     """
@@ -180,7 +183,7 @@ def plan_micro_batches(rollouts: Rollouts, advantages_B: torch.Tensor, include_B
     include_B = include_B & torch.isfinite(advantages_B)
     normalizer = loss_normalizer(rollouts.completion_mask_BT * include_B.unsqueeze(1), loss.aggregation, loss.max_completion_length)
     active = torch.arange(B, device=advantages_B.device)[include_B]
-    if loss.kl_coef == 0.0 and loss.entropy_coef == 0.0:
+    if loss.kl_coef == 0.0 and loss.entropy_coef == 0.0 and settings.distill_coef == 0.0:
         active = active[advantages_B[active] != 0]
     prompt_len_B, completion_len_B = rollouts.prompt_mask_BP.sum(dim=1), rollouts.spans_B  # what each row's forward costs
     active = active[torch.argsort(completion_len_B[active], stable=True)]
@@ -191,19 +194,21 @@ def plan_micro_batches(rollouts: Rollouts, advantages_B: torch.Tensor, include_B
 
 
 def old_and_reference_logprobs(policy: PreTrainedModel, reference: PreTrainedModel | None, chunks: list[Rollouts],
-                               settings: UpdateSettings) -> tuple[list[torch.Tensor] | None, list[torch.Tensor] | None]:
+                               settings: UpdateSettings, *, frozen_old: bool = False) -> tuple[list[torch.Tensor] | None, list[torch.Tensor] | None]:
     """Each chunk's log-probs under the old policy and under the reference, frozen before the first
-    step; None where the update needs none.
+    step; None where the update needs none. `frozen_old`: freeze the old log-probs by a forward
+    without a graph even with one pass (on-policy distillation compares them with the teacher's,
+    which come from the same kind of forward: a teacher equal to the student then gives exactly 0).
 
     With one pass the policy *is* the sampling policy: old log-probs are the detached current ones
     and need no extra forward. With more passes they are frozen here. The sampler's own log-probs
     can stand in for that forward (`algo.reuse_sampling_logp`): they come from the same weights,
     differing only by KV-cache numerics (rollout/logp_mismatch_max).
     """
-    if settings.num_iterations > 1 and settings.reuse_sampling_logp and all(c.sample_logp_BT is not None for c in chunks):
+    if settings.num_iterations > 1 and settings.reuse_sampling_logp and not frozen_old and all(c.sample_logp_BT is not None for c in chunks):
         old = [c.sample_logp_BT for c in chunks]
     else:
-        old = frozen_logprobs(policy, chunks, settings.temperature) if settings.num_iterations > 1 else None
+        old = frozen_logprobs(policy, chunks, settings.temperature) if settings.num_iterations > 1 or frozen_old else None
     wants_reference = reference is not None and settings.loss.kl_coef > 0
     ref = frozen_logprobs(reference, chunks, settings.temperature) if wants_reference else None
     return old, ref
@@ -255,6 +260,19 @@ def forking_tokens(policy: PreTrainedModel, chunks: list[Rollouts], adv_chunks: 
     kept, total = sum(int(m.sum()) for m in masks), sum(int(m.sum()) for m in in_loss)
     log.forking = {"loss/top_entropy_threshold": threshold if values.numel() else 0.0, "loss/top_entropy_kept_frac": kept / max(total, 1)}
     return masks
+
+
+def distillation_terms(teacher: PreTrainedModel, chunks: list[Rollouts], old: list[torch.Tensor], adv_chunks: list[torch.Tensor],
+                       settings: UpdateSettings) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """On-policy distillation (distill.on_policy_coef): per chunk, the teacher's per-token advantages against the
+    old policy's log-probs of the same tokens (the student that sampled them, up to sampler numerics), and the mean
+    sampled reverse KL, log pi_student - log pi_teacher, over the tokens in the loss (loss/teacher_kl)."""
+    out = []
+    for chunk, old_logp, teacher_logp, adv_B in zip(chunks, old, frozen_logprobs(teacher, chunks, settings.temperature), adv_chunks):
+        in_loss_BT = chunk.completion_mask_BT.bool() & torch.isfinite(adv_B).unsqueeze(1)
+        out.append((distillation_advantages(teacher_logp, old_logp, in_loss_BT, settings.distill_coef),
+                    masked_mean(old_logp - teacher_logp, in_loss_BT)))
+    return out
 
 
 def guarded_step(optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LRScheduler,
@@ -364,8 +382,12 @@ def rl_update(
     *,
     reference: PreTrainedModel | None = None,
     include_B: torch.Tensor | None = None,
+    teacher: PreTrainedModel | None = None,
 ) -> dict[str, float]:
     """num_iterations optimizer steps on one rollout batch; returns averaged metrics.
+
+    `teacher` (on-policy distillation, settings.distill_coef > 0): its log-probs of the sampled tokens add the
+    per-token term to the advantages (`distillation_terms`).
 
     `include_B` (bool, B) leaves completions out of the loss entirely, numerator and
     denominator: missing rewards, or truncated completions under `algo.mask_truncated`.
@@ -379,7 +401,8 @@ def rl_update(
     gradient is not finite is skipped the same way (`guarded_step`).
     """
     plan = plan_micro_batches(rollouts, advantages_B, include_B, settings)
-    log = run_update(policy, optimizer, scheduler, rollouts, advantages_B, settings, plan, Share.whole(plan), reference=reference)
+    log = run_update(policy, optimizer, scheduler, rollouts, advantages_B, settings, plan, Share.whole(plan), reference=reference,
+                     teacher=teacher)
     return log.summary(settings, plan, scheduler.get_last_lr()[0])
 
 
@@ -409,7 +432,7 @@ class Share:
 
 def run_update(policy: PreTrainedModel, optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LRScheduler,
                rollouts: Rollouts, advantages_B: torch.Tensor, settings: UpdateSettings, plan: MicroBatchPlan, share: Share, *,
-               reference: PreTrainedModel | None = None) -> UpdateMetrics:
+               reference: PreTrainedModel | None = None, teacher: PreTrainedModel | None = None) -> UpdateMetrics:
     """`rl_update`'s passes over this process's `share` of `plan`; returns the running sums (the
     processes' sums merge with `UpdateMetrics.merged`, then `summary`). A step is taken when the
     plan forwards anything at all, on every process alike."""
@@ -418,8 +441,10 @@ def run_update(policy: PreTrainedModel, optimizer: torch.optim.Optimizer, schedu
     real = len(chunks)
     if share.forwards > real:  # zero-weight forwards (Share)
         chunks += [rollouts.select(share.pad_rows)] * (share.forwards - real)
+    distilling = teacher is not None and st.distill_coef > 0
     with log.timed("time/frozen_forward"):
-        old, ref = old_and_reference_logprobs(policy, reference, chunks, st)
+        old, ref = old_and_reference_logprobs(policy, reference, chunks, st, frozen_old=distilling)
+        taught = distillation_terms(teacher, chunks[:real], old, adv_chunks, st) if distilling else None
     tis: list[torch.Tensor | None] = [None] * real  # once per chunk, on the first pass: they do not change across passes
     forking = forking_tokens(policy, chunks[:real], adv_chunks, st, log)  # algo.top_entropy_quantile: None when off
     # The optimizer's parameters, not policy.parameters(): frozen (LoRA base) weights may hold stale grads.
@@ -449,8 +474,11 @@ def run_update(policy: PreTrainedModel, optimizer: torch.optim.Optimizer, schedu
                     entropy = entropy * keep_BT if entropy is not None else None
                 loss, metrics = policy_loss(logp, old_logp, adv_chunks[i], chunk.completion_mask_BT, st.loss,
                                             ref_logp=ref[i] if ref is not None else None, entropy=entropy,
-                                            normalizer=plan.normalizer, is_weights=weights)
+                                            normalizer=plan.normalizer, is_weights=weights,
+                                            token_advantages=taught[i][0] if taught is not None else None)
                 metrics.update(masked)
+                if taught is not None:
+                    metrics["loss/teacher_kl"] = taught[i][1]
             with log.timed("time/backward"):
                 backward_outside_autocast(loss)
             total += loss.detach()

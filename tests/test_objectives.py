@@ -7,6 +7,7 @@ over subsets); adaptive entropy control. The defaults leave today's update as it
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -323,3 +324,100 @@ def test_tool_use_terms_judge_every_outcome(outcome):
     assert tool_used("", "", [{"outcome": outcome}]) == float(ran)
     assert tool_used("", "", [{"outcome": outcome}, {"outcome": "ok"}]) == 1.0
     assert tool_calls_ok("", "", []) is None and tool_used("", "", []) == 0.0
+
+
+# ----------------------------------------------------------------------------- on-policy distillation
+
+
+def test_the_distillation_term_joins_each_tokens_advantage_hand_worked():
+    """One row of two tokens, ratio 1, token_mean: the loss is -mean_t(A + a_t) and its gradient in log pi_t is
+    -(A + a_t) / 2; token advantages of 0 are the loss without them, bit for bit; padding never counts."""
+    from rlvr.algorithms import LossSettings, distillation_advantages, policy_loss
+
+    settings = LossSettings(aggregation="token_mean")
+    logp = torch.tensor([[-1.0, -0.5, -3.0]], requires_grad=True)
+    mask = torch.tensor([[1, 1, 0]])
+    taught = distillation_advantages(torch.tensor([[0.0, -2.5, 5.0]]), logp.detach(), mask, 1.0)  # teacher - student
+    assert taught.tolist() == [[1.0, -2.0, 0.0]]
+    loss, _ = policy_loss(logp, logp.detach(), torch.tensor([0.5]), mask, settings, token_advantages=taught)
+    loss.backward()
+    assert float(loss.detach()) == pytest.approx(-((0.5 + 1.0) + (0.5 - 2.0)) / 2)
+    assert logp.grad[0].tolist() == pytest.approx([-0.75, 0.75, 0.0])
+    plain = policy_loss(logp, logp.detach(), torch.tensor([0.5]), mask, settings)[0]
+    zero = policy_loss(logp, logp.detach(), torch.tensor([0.5]), mask, settings, token_advantages=torch.zeros(1, 3))[0]
+    assert torch.equal(plain, zero)
+    with pytest.raises(ValueError, match="token_advantages"):
+        policy_loss(logp, logp.detach(), torch.tensor([0.5]), mask, settings, token_advantages=torch.zeros(3))
+
+
+def _distill_grads(model, teacher, rollouts, advantages, micro_batch_size, coef=1.0, **algo):
+    from rlvr.update import UpdateSettings, rl_update
+
+    settings = UpdateSettings.from_algo(AlgoConfig(**algo), temperature=1.0, max_new_tokens=8, micro_batch_size=micro_batch_size,
+                                        max_grad_norm=0.0)
+    settings = dataclasses.replace(settings, distill_coef=coef)
+    for p in model.parameters():
+        p.grad = None
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    out = rl_update(model, opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0), rollouts, advantages, settings, teacher=teacher)
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}, out
+
+
+def test_a_teacher_equal_to_the_student_gives_exactly_zero():
+    """teacher == student: every per-token term is 0, so with no verifier advantage the gradient is exactly 0 (every
+    row forwarded, none skipped), and beside verifier advantages it is the update without distillation."""
+    import copy
+
+    from rlvr.rollout import Sampler
+    from rlvr.sampling import Sampling
+
+    tok, model = _tiny()
+    twin = copy.deepcopy(model).eval().requires_grad_(False)
+    rollouts = Sampler(model, tok, Sampling(max_new_tokens=8, temperature=1.0)).sample(["1+2=", "3*4="], 4, torch.Generator().manual_seed(0)).rollouts
+    grads, out = _distill_grads(model, twin, rollouts, torch.zeros(8), 3)
+    assert grads and all(bool((g == 0).all()) for g in grads.values())
+    assert out["loss/teacher_kl"] == 0.0 and out["loss/active_frac"] == 1.0 and out["loss/grad_norm"] == 0.0
+    adv = torch.tensor([0.5, -1.0, 0.5, 0.3, -0.5, 1.0, 0.2, -0.2])
+    taught, _ = _distill_grads(model, twin, rollouts, adv, 3)
+    plain, _ = _grads(model, rollouts, adv, 3)
+    for name in plain:
+        torch.testing.assert_close(taught[name], plain[name], rtol=1e-5, atol=1e-6 * float(plain[name].abs().max()) + 1e-9)  # fp32 order
+
+
+def test_on_policy_distillation_gradient_equals_an_independent_reference_across_micro_batches():
+    """teacher != student: rl_update's gradient, at micro-batches of 1, 3 and all rows, equals the whole-batch loss
+    -sum_t (A + c (log pi_T - sg log pi)) rho_t / N written out here with the two models' log-probs."""
+    from rlvr.config import TinyModelConfig
+    from rlvr.logprobs import completion_logprobs
+    from rlvr.models import build_tiny_model
+    from rlvr.rollout import Sampler
+    from rlvr.sampling import Sampling
+
+    tok, model = _tiny()
+    teacher = build_tiny_model(tok, TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=64), 7)
+    teacher.eval().requires_grad_(False)
+    r = Sampler(model, tok, Sampling(max_new_tokens=8, temperature=1.0)).sample(["1+2=", "3*4="], 4, torch.Generator().manual_seed(0)).rollouts
+    adv = torch.tensor([0.5, 0.0, 0.5, 0.3, -0.5, 0.0, 0.2, -0.2])
+    got = [_distill_grads(model, teacher, r, adv, mbs, coef=0.5, aggregation="token_mean") for mbs in (1, 3, 8)]
+    model.zero_grad(set_to_none=True)
+    mask = r.completion_mask_BT
+    logp = completion_logprobs(model, r.prompt_ids_BP, r.prompt_mask_BP, r.completion_ids_BT, mask)
+    with torch.no_grad():
+        t_logp = completion_logprobs(teacher, r.prompt_ids_BP, r.prompt_mask_BP, r.completion_ids_BT, mask)
+    per_token = (adv.unsqueeze(1) + 0.5 * (t_logp - logp.detach())) * torch.exp(logp - logp.detach())
+    (-(per_token * mask).sum() / mask.sum()).backward()
+    for grads, out in got:
+        assert out["loss/teacher_kl"] == pytest.approx(float(((logp.detach() - t_logp) * mask).sum() / mask.sum()), rel=1e-4)
+        for name, p in model.named_parameters():
+            if p.grad is not None:
+                torch.testing.assert_close(grads[name], p.grad, rtol=1e-4, atol=1e-6 * float(p.grad.abs().max()) + 1e-9)
+
+
+def test_on_policy_distillation_settings_are_refused_where_they_cannot_work():
+    with pytest.raises(ConfigError, match="distill.on_policy_coef"):
+        load_config(overrides=["distill.on_policy_coef=1.0"])  # no teacher
+    with pytest.raises(ConfigError, match="distill.on_policy_coef"):
+        load_config(overrides=["distill.on_policy_coef=1.0", 'distill.teacher="runs/t"', 'distributed.backend="ray"',
+                               "distributed.learner_workers=2"])
+    with pytest.raises(ConfigError, match="distill.verifier_advantage"):
+        load_config(overrides=["distill.verifier_advantage=-1"])

@@ -235,3 +235,29 @@ def test_the_token_level_term_refuses_a_teacher_with_another_tokenizer(solvable_
     cfg = load_config(overrides=SOLVABLE + [f"distill.teacher={json.dumps(str(padded))}", "distill.kl_coef=1.0"])
     with pytest.raises(ConfigError, match="output layers have"):
         load_teacher(cfg, student_tokenizer, student)
+
+
+def test_rlvr_distill_on_policy_teaches_the_students_own_samples(solvable_run, tmp_path):
+    """`--on-policy`: RL on the teacher run's task with the teacher's per-token term (its mean sampled reverse KL
+    logged every step), the teacher evaluated beside the student; a student that is the teacher gets exactly 0."""
+    out = tmp_path / "opd"
+    done = rlvr("distill", "--on-policy", "--teacher", str(solvable_run), "--student", "tiny:num_layers=1,hidden_size=16,num_heads=2,num_kv_heads=1",
+                "sft.steps=0", "train.steps=3", "--out", str(out), "--quiet")
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads((out / "distill_report.json").read_text())
+    assert report["mode"] == "on_policy" and [m["name"] for m in report["models"].values()] == ["teacher", "ON-POLICY DISTILL model"]
+    assert report["models"]["source"]["accuracy"] == pytest.approx(json.loads((solvable_run / "summary.json").read_text())["eval"]["after_rl"]["accuracy"])
+    cfg = load_config(out / "config.toml", for_training=False)
+    assert cfg.distill.on_policy_coef == 1.0 and cfg.distill.verifier_advantage == 0.0 and cfg.distill.teacher == str(solvable_run)
+    steps = read_jsonl_records(out / "metrics.jsonl")
+    assert len(steps) == 3 and all(s["loss/teacher_kl"] > 0.1 and s["loss/grad_norm"] > 0 for s in steps)  # a random student is far off
+    assert json.loads((out / "model" / "config.json").read_text())["num_hidden_layers"] == 1
+    # the teacher as its own student: nothing to learn, exactly
+    same = tmp_path / "same"
+    done = rlvr("distill", "--on-policy", "--teacher", str(solvable_run), "--student", str(solvable_run), "sft.steps=0", "train.steps=1",
+                "--out", str(same), "--quiet")
+    assert done.returncode == 0, done.stderr[-3000:]
+    (step,) = read_jsonl_records(same / "metrics.jsonl")
+    assert step["loss/teacher_kl"] == 0.0 and step["loss/grad_norm"] == 0.0
+    refused = rlvr("distill", "--on-policy", "--teacher", str(solvable_run), "--student", "tiny", "--samples", "4", "--out", str(tmp_path / "x"))
+    assert refused.returncode == 2 and "--on-policy samples the student" in refused.stdout + refused.stderr

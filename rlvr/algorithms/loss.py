@@ -219,6 +219,20 @@ def adapt_entropy_coef(coef: float, entropy: float, target: float, delta: float,
     return min(coef + delta, high) if entropy <= target else max(coef - delta, low)
 
 
+def distillation_advantages(teacher_logp_BT: torch.Tensor, student_logp_BT: torch.Tensor, mask_BT: torch.Tensor,
+                            coef: float) -> torch.Tensor:
+    """(B, T) per-token advantages of on-policy distillation: coef x (log pi_teacher - log pi_student) of each sampled
+    token, 0 on padding. Minus the token's sampled reverse KL, log pi_student / pi_teacher: a policy gradient with it
+    (one token, no discount) descends KL(student || teacher) along the student's own samples (prime-rl's opd, Thinking
+    Machines' on-policy distillation). Where the teacher agrees with the student it is 0, so a teacher equal to the
+    student changes nothing.
+
+    >>> distillation_advantages(torch.tensor([[-0.5, -2.0, 0.0]]), torch.tensor([[-1.0, -1.0, -3.0]]), torch.tensor([[1, 1, 0]]), 2.0)
+    tensor([[ 1., -2.,  0.]])
+    """
+    return torch.where(mask_BT.bool(), coef * (teacher_logp_BT - student_logp_BT), torch.zeros_like(teacher_logp_BT))
+
+
 def off_policy_sequence_mask(logp_BT: torch.Tensor, sample_logp_BT: torch.Tensor, mask_BT: torch.Tensor, advantages_B: torch.Tensor,
                              threshold: float) -> torch.Tensor:
     """(B,) bool, True = keep: DeepSeek-V3.2's off-policy sequence masking (TRL's
@@ -285,6 +299,7 @@ def policy_loss(
     entropy: torch.Tensor | None = None,
     normalizer: float | None = None,
     is_weights: torch.Tensor | None = None,
+    token_advantages: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """A per-token surrogate (default PPO's clipped ratio) plus optional KL and entropy terms, aggregated
     as `settings` (LossSettings) says. Returns the scalar loss and detached metrics.
@@ -302,6 +317,9 @@ def policy_loss(
     clipping, not the KL or entropy terms: the correction is for who sampled the tokens.
 
     `normalizer` is the aggregation's denominator; pass the whole batch's to each micro-batch.
+
+    `token_advantages` (B, T), no graph, are added to each token's advantage (the row's advantage is shared by
+    its tokens): on-policy distillation's per-token teacher term (`distillation_advantages`). None = none.
 
     A row whose advantage is NaN or inf (a missing reward) is left out like padding.
 
@@ -325,6 +343,10 @@ def policy_loss(
 
     ratio_BT = torch.exp(level(torch.where(mask, logp - old_logp, torch.zeros_like(logp)), mask))
     adv_B1 = advantages.unsqueeze(1)
+    if token_advantages is not None:  # (B, T) from here on: every surrogate and the dual clip broadcast alike
+        if token_advantages.shape != logp.shape:
+            raise ValueError(f"token_advantages {tuple(token_advantages.shape)} must be (B, T) like logp {tuple(logp.shape)}")
+        adv_B1 = adv_B1 + torch.where(mask, token_advantages.detach(), torch.zeros_like(token_advantages))
     loss_BT, clipped_BT = per_token(logp, ratio_BT, adv_B1, clip_low=settings.clip_low, clip_high=settings.clip_high)
     metrics = {}
     if settings.dual_clip is not None:
