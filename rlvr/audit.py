@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from rlvr.config import ConfigError
+from rlvr.config import ConfigError, RewardConfig
 from rlvr.errors import RunStopped, UsageError
 from rlvr.metrics import read_jsonl_records
 from rlvr.verifiers.contract import Item, Reward, is_batched, resolve_reward
@@ -272,11 +272,13 @@ class AuditReport:
 
 
 def audit_reward(
-    spec: str, *, domain: str | None = None, imports: Sequence[str] = (), workers: int = 2, timeout_s: float = 10.0
+    spec: str, *, domain: str | None = None, imports: Sequence[str] = (), workers: int = 2, timeout_s: float = 10.0,
+    config: RewardConfig | None = None,
 ) -> AuditReport:
     """Run the probe suite of ``domain`` on the reward ``spec``, resolved and called as training
-    resolves and calls it (:mod:`rlvr.verifiers.contract`; ``imports`` as ``reward.imports``)."""
-    reward = resolve_reward(spec, imports, where="audit-reward", imports_where="--import")
+    resolves and calls it (:mod:`rlvr.verifiers.contract`; ``imports`` as ``reward.imports``). ``config``:
+    the reward section whose settings the spec takes (``judge``: [reward.judge]; ``reward_model:``: reward.model_*)."""
+    reward = resolve_reward(spec, imports, where="audit-reward", imports_where="--import", config=config)
     domain = domain or KNOWN_DOMAINS.get(spec, "math")
     probes = probes_for(domain)
     # Each probe is one data row: its gold answer, and (for TRL-style rewards, whose datasets call
@@ -326,14 +328,14 @@ def format_report(report: AuditReport) -> str:
     return "\n".join(lines)
 
 
-def replay_samples(spec: str, run_dir: Path, imports: list[str] = ()) -> tuple[int, list[dict]]:
+def replay_samples(spec: str, run_dir: Path, imports: list[str] = (), config: RewardConfig | None = None) -> tuple[int, list[dict]]:
     """A run's own logged completions (samples.jsonl) through the reward `spec` and the strict
     verifier (boxed_math): (rows replayed, the rows where they disagree, each with both scores).
     A reward that raises on a row counts as disagreeing, with the error."""
     path = Path(run_dir) / "samples.jsonl"
     if not path.is_file():
         raise UsageError(f"{path}: not found (--samples takes a run directory)")
-    reward = resolve_reward(spec, imports, where="audit-reward SPEC", imports_where="--import")
+    reward = resolve_reward(spec, imports, where="audit-reward SPEC", imports_where="--import", config=config)
     rows, disagreements = read_jsonl_records(path), []
     for row in rows:
         strict = boxed_math(row["completion"], row["answer"])

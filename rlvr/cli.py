@@ -422,7 +422,8 @@ def show_config() -> None:
 
 @app.command("audit-reward")
 def audit_reward_command(
-    spec: str = typer.Argument(..., help="A registered verifier (boxed_math, python_code, ...) or module:function."),
+    spec: str = typer.Argument(..., help="A registered verifier (boxed_math, python_code, ...), module:function, reward_model:<where>, "
+                               "or judge (its settings from --config)."),
     domain: Optional[str] = typer.Option(None, help="Probe suite: math, code or format (default: from the verifier, else math)."),
     imports: Optional[list[str]] = typer.Option(
         None, "--import", help="A module to import first, so a verifier it registers can be named (as reward.imports); repeatable.",
@@ -432,20 +433,29 @@ def audit_reward_command(
     workers: int = typer.Option(2, help="Worker processes."),
     samples: Optional[str] = typer.Option(
         None, help="A run directory: replay its logged completions (samples.jsonl) through SPEC and boxed_math and list where they disagree."),
+    config: Optional[Path] = typer.Option(
+        None, "--config", help="A config file (a run's config.toml too) whose [reward] section SPEC takes its settings and imports from: "
+        "[reward.judge] for 'judge', reward.model_* for 'reward_model:<where>'.", show_default=False),
 ) -> None:
     """Run a reward function on reward-hacking probes, called as training calls it; exit 1 on any
     false positive, error or timeout. With --samples, replay a run's own completions instead; exit 1 on any disagreement."""
     from rlvr.audit import audit_reward, format_report, replay_samples
 
+    reward_cfg = None
+    if config is not None:
+        with exit_codes():
+            reward_cfg = load_config(config, for_training=False).reward
+        imports = [*reward_cfg.imports, *(imports or [])]
+
     if samples is not None:
         with exit_codes():
-            total, disagree = replay_samples(spec, Path(samples), imports or [])
+            total, disagree = replay_samples(spec, Path(samples), imports or [], reward_cfg)
         for row in disagree:
             sys.stdout.write(json.dumps(row, ensure_ascii=False) + "\n")
         console.print(f"{len(disagree)} of {total} logged completions scored differently by {spec} and boxed_math")
         raise typer.Exit(1 if disagree else 0)
     with exit_codes():
-        report = audit_reward(spec, domain=domain, imports=imports or [], workers=workers, timeout_s=timeout)
+        report = audit_reward(spec, domain=domain, imports=imports or [], workers=workers, timeout_s=timeout, config=reward_cfg)
     sys.stdout.write(format_report(report) + "\n")
     raise typer.Exit(0 if report.passed else 1)
 

@@ -702,12 +702,77 @@ class EvalConfig:
 
 
 @dataclass
+class JudgeConfig:
+    """[reward.judge]: the LLM judge that the reward.functions entry "judge" names (rlvr/verifiers/judge.py)."""
+
+    url: str = knob(
+        "", "OpenAI-compatible base URL of the judge's server, e.g. http://127.0.0.1:8000/v1 (vLLM, SGLang, llama.cpp, a hosted API): "
+        "each distinct row is one POST to <url>/chat/completions. Needed when reward.functions has 'judge'."
+    )
+    model: str = knob("", "The model the judge's server is asked for (the request's `model` field). Needed when reward.functions has 'judge'.")
+    rubric: str = knob(
+        "", "The judge's prompt, sent as one user message: a template whose placeholders {prompt}, {completion}, {answer} and "
+        "{<any data field>} are filled per row ({{ and }} write literal braces; it must show {completion}), or the path of a file "
+        "holding one (a value with no '{' and no line break is a path, read next to the config file when it is there). Needed when "
+        "reward.functions has 'judge'."
+    )
+    parser: str = knob(
+        "number", "How a reply becomes a score: 'number' (the last number in it; '7/10' and '7 out of 10' read 7), 'yes_no' "
+        "(1 or 0: a reply that starts with yes or no, else its last yes or no), 'score_tag' (the last <score>x</score>), or "
+        "'module:function' (reply text -> float | None). A reply it cannot read is a missing reward, never 0 "
+        "(reward/judge/malformed)."
+    )
+    scale: list[float] = knob(
+        [], "[low, high]: the range of the parser's number (the rubric's scale, e.g. [0, 10]), mapped linearly onto [0, 1]; a number "
+        "outside it is a malformed reply. Empty: the number as read."
+    )
+    max_tokens: int = knob(512, "Most tokens the judge may write per reply (the request's max_tokens): room for its reasoning and the verdict.")
+    temperature: float = knob(0.0, "The judge's sampling temperature (0: greedy, so a cached reply is the reply).")
+    cache: str = knob(
+        "", "A JSONL file of the judge's replies, keyed by a hash of the model, the rendered messages and the sampling settings: "
+        "read at start and appended to (one line per reply, a torn last line skipped), so a resumed or repeated run asks "
+        "nothing twice. Relative: from the working directory. Empty: no cache."
+    )
+    concurrency: int = knob(8, "Requests in flight at once (threads); a batch's identical rows are asked once.")
+    timeout_s: float = knob(
+        60.0, "Seconds a request may wait for the server (connecting, or between bytes of the reply); a row whose every try ran out "
+        "is a missing reward counted in reward/judge/timeouts."
+    )
+    retries: int = knob(
+        3, "Tries after the first, with exponential backoff (0.5 s, 1 s, 2 s, ...; a 429's Retry-After), on connection failures, "
+        "timeouts, HTTP 5xx and 429; never on another 4xx. Counted in reward/judge/retries."
+    )
+    api_key_env: str = knob(
+        "", "The name of an environment variable holding the API key, sent as 'Authorization: Bearer <key>' (the key itself never "
+        "enters the config). Empty: no key."
+    )
+
+    def validate(self) -> None:
+        from rlvr.verifiers.judge import PARSERS  # start-up time: it imports urllib and http.client, which only a judge needs
+
+        _require(self.parser in PARSERS or (self.parser.count(":") == 1 and all(p.strip() for p in self.parser.split(":"))),
+                 "reward.judge.parser", f"{self.parser!r} is neither a built-in parser {sorted(PARSERS)} nor 'module:function'")
+        _require(not self.scale or (len(self.scale) == 2 and self.scale[0] < self.scale[1]), "reward.judge.scale",
+                 f"{self.scale}: give [low, high] with low < high, or nothing")
+        _require(self.max_tokens >= 1, "reward.judge.max_tokens", "must be >= 1")
+        _require(self.temperature >= 0.0, "reward.judge.temperature", "must be >= 0")
+        _require(self.concurrency >= 1, "reward.judge.concurrency", "must be >= 1")
+        _require(self.timeout_s > 0, "reward.judge.timeout_s", "must be > 0")
+        _require(self.retries >= 0, "reward.judge.retries", "must be >= 0")
+        _require(not self.api_key_env or self.api_key_env.replace("_", "a").isalnum(), "reward.judge.api_key_env",
+                 f"{self.api_key_env!r} is not an environment variable's name (the key itself does not belong in a config)")
+
+
+@dataclass
 class RewardConfig:
     functions: list[str] = knob(
         ["boxed_math"],
         "Reward terms: registered verifier names (rlvr.verifiers.registry.VERIFIERS, e.g. boxed_math; or one a module in reward.imports "
         "registers) or 'module:function' import paths. Per item f(completion, answer, **fields) -> float | None, or TRL-batched "
-        "f(prompts, completions, **columns) -> list[float | None]: told apart by the parameter names (docs/verifiers.md).",
+        "f(prompts, completions, **columns) -> list[float | None]: told apart by the parameter names (docs/verifiers.md). "
+        "'reward_model:<where>': a sequence-classification reward model (one label) in a directory, a hub id or a run directory, "
+        "scored in batches (reward.model_*; its metric name is reward_model; a module named reward_model is shadowed). "
+        "'judge': an LLM judge over an OpenAI-compatible endpoint, set in [reward.judge] (its metric name is judge).",
     )
     weights: list[float] = knob([], "One weight per reward function (empty = all 1.0); the reward is the weighted sum.")
     route_field: str = knob(
@@ -745,30 +810,59 @@ class RewardConfig:
         0.5, "Stop the run when more than this share of a step's rewards are missing (no term scored the completion, or a term "
         "failed on it: error, timeout): a broken reward, not noise."
     )
+    model_batch_size: int = knob(16, "Rows per forward pass of a reward_model:<where> term (micro-batches of each step's completions).")
+    model_max_length: int = knob(
+        0, "Tokens a reward_model:<where> term reads per row; a longer row keeps its last tokens (the completion). 0 = the model's "
+        "own limit (the smaller of its position limit and its tokenizer's)."
+    )
+    model_device: str = knob(
+        "auto", "Device of reward_model:<where> terms: 'auto' (cuda when the process sees a GPU, as the learner's; else cpu), "
+        "'cpu', 'cuda' or 'cuda:N'."
+    )
+    model_dtype: Literal["float32", "bfloat16", "float16"] = knob("float32", "Parameter dtype of reward_model:<where> terms.")
+    judge: JudgeConfig = section(JudgeConfig, "The LLM judge that the reward.functions entry 'judge' names (docs/verifiers.md).")
 
     def validate(self) -> None:
         from rlvr.verifiers.registry import VERIFIERS  # start-up time: the registry imports every built-in verifier
+        from rlvr.verifiers.judge import is_judge  # start-up time, as PARSERS in JudgeConfig.validate
+        from rlvr.verifiers.reward_model import NAME as REWARD_MODEL_NAME, is_reward_model, location
 
         _require(bool(self.functions), "reward.functions", "needs at least one reward function")
         for i, module in enumerate(self.imports):
             _require(all(part.isidentifier() for part in module.split(".")), f"reward.imports[{i}]", f"{module!r} is not a module name")
         for i, name in enumerate(self.functions):
+            if is_reward_model(name):  # read before the module:function form (the contract reads it first too)
+                _require(bool(location(name)), f"reward.functions[{i}]", f"{name!r} names no model: reward_model:<directory, hub id or run>")
+                continue
+            if is_judge(name):  # its settings are the [reward.judge] table: the ones it cannot do without must be there
+                for key, what in (("url", "the server's OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1"),
+                                  ("model", "the model the server is asked for"), ("rubric", "the judge's prompt template, or a file")):
+                    _require(bool(getattr(self.judge, key).strip()), f"reward.judge.{key}",
+                             f"is needed by reward.functions[{i}] = 'judge': {what}")
+                continue
             is_path = name.count(":") == 1 and all(part.strip() for part in name.split(":"))
             # a name a module in reward.imports registers is known only once it is imported (rlvr.reward does that)
             ok = is_path or name in VERIFIERS or (bool(self.imports) and ":" not in name and bool(name.strip()))
-            _require(ok, f"reward.functions[{i}]", f"{name!r} is neither a registered verifier {sorted(VERIFIERS)} nor 'module:function'")
+            _require(ok, f"reward.functions[{i}]", f"{name!r} is neither a registered verifier {sorted(VERIFIERS)}, 'module:function', "
+                     "'reward_model:<where>' nor 'judge'")
+        self.judge.validate()
         _require(
             not self.weights or len(self.weights) == len(self.functions),
             "reward.weights",
             f"has {len(self.weights)} entries for {len(self.functions)} reward functions (give one per function, or none)",
         )
-        names = {n for spec in self.functions for n in (spec, spec.rpartition(":")[2].rpartition(".")[2].strip())}
+        names = {n for spec in self.functions
+                 for n in (spec, REWARD_MODEL_NAME if is_reward_model(spec) else spec.rpartition(":")[2].rpartition(".")[2].strip())}
         _require(not self.correctness or self.correctness in names, "reward.correctness", f"{self.correctness!r} is none of reward.functions {self.functions}")
         _require(0.0 <= self.overlong_buffer_frac <= 1.0, "reward.overlong_buffer_frac", "must be in [0, 1]")
         _require(self.overlong_penalty >= 0.0, "reward.overlong_penalty", "must be >= 0")
         _require(0.0 <= self.max_missing_frac <= 1.0, "reward.max_missing_frac", "must be in [0, 1]")
         _require(self.workers >= 0, "reward.workers", "must be >= 0")
         _require(self.timeout_s > 0, "reward.timeout_s", "must be > 0")
+        _require(self.model_batch_size >= 1, "reward.model_batch_size", "must be >= 1")
+        _require(self.model_max_length >= 0, "reward.model_max_length", "must be >= 0 (0: the model's own limit)")
+        _require(self.model_device == "auto" or self.model_device.split(":")[0] in ("cpu", "cuda", "mps", "xpu"), "reward.model_device",
+                 f"{self.model_device!r}: use 'auto', 'cpu', 'cuda' or 'cuda:N'")
 
 
 @dataclass
@@ -920,20 +1014,6 @@ class Config:
         )
         _require(self.algo.pass_at_k <= self.rollout.group_size, "algo.pass_at_k",
                  f"= {self.algo.pass_at_k} needs at least that many samples per prompt (rollout.group_size = {self.rollout.group_size})")
-        _require(
-            not (self.algo.entropy_adaptive and self.distributed.backend == "ray" and self.distributed.learner_workers > 0),
-            "algo.entropy_adaptive", "is not yet driven across learner ranks: use distributed.learner_workers = 0",
-        )
-        _require(
-            not (self.algo.top_entropy_quantile < 1.0 and self.distributed.backend == "ray" and self.distributed.learner_workers > 0),
-            "algo.top_entropy_quantile", "< 1 is not yet split across learner ranks (the threshold is the whole batch's; "
-            "each rank sees its share): use distributed.learner_workers = 0",
-        )
-        _require(
-            not (self.distill.on_policy_coef > 0 and self.distributed.backend == "ray" and self.distributed.learner_workers > 0),
-            "distill.on_policy_coef", "> 0 is not yet run on learner ranks (the teacher is loaded beside the learner in the driver): "
-            "use distributed.learner_workers = 0",
-        )
         _require(
             not (self.rollout.multi_turn and self.distributed.backend == "ray" and self.distributed.mode == "async"
                  and self.distributed.max_staleness > 0), "distributed.mode",

@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 # Every config field whose value names a file, a directory, a model, a dataset or a run to read:
-# (section, field). data.mix entries take data's fields, so theirs are resolved too.
+# (section, field). data.mix entries take data's fields, so theirs are resolved too; so is the <where> of
+# reward.functions' reward_model:<where> entries, and reward.judge.rubric when it names a file.
 INPUT_PATH_FIELDS = (
     ("model", "path"),  # a model directory or hub id
     ("data", "train_path"),  # a JSONL file, or (source = 'hf') a dataset file, directory or hub id
@@ -80,8 +81,31 @@ def resolve_input_paths(table: dict[str, Any], directory: Path) -> dict[str, Any
     for section, name in INPUT_PATH_FIELDS:
         if isinstance(out.get(section), dict) and isinstance(out[section].get(name), str):
             out[section] = {**out[section], name: path_next_to(out[section][name], directory, f"{section}.{name}")}
+    functions = out["reward"].get("functions") if isinstance(out.get("reward"), dict) else None
+    if isinstance(functions, list):  # reward_model:<where> names a model or run, read by the same rule
+        out["reward"] = {**out["reward"], "functions": [_reward_model_next_to(f, directory) for f in functions]}
+    judge = out["reward"].get("judge") if isinstance(out.get("reward"), dict) else None
+    rubric = judge.get("rubric") if isinstance(judge, dict) else None
+    if isinstance(rubric, str) and "{" not in rubric and "\n" not in rubric:  # a rubric file (a template has placeholders)
+        try:
+            out["reward"] = {**out["reward"], "judge": {**judge, "rubric": path_next_to(rubric, directory)}}
+        except OSError:  # not a name a file can have: the judge says so, naming reward.judge.rubric
+            pass
     mix = out.get("data", {}).get("mix") if isinstance(out.get("data"), dict) else None
     if isinstance(mix, list):
         entries = [resolve_input_paths({"data": entry}, directory)["data"] if isinstance(entry, dict) else entry for entry in mix]
         out["data"] = {**out["data"], "mix": entries}
     return out
+
+
+def _reward_model_next_to(spec: Any, directory: Path) -> Any:
+    """A reward.functions entry `reward_model:<where>` with <where> read by `path_next_to`; any other entry as written.
+
+    >>> _reward_model_next_to("boxed_math", Path("/nonexistent")), _reward_model_next_to("reward_model:org/rm", Path("/nonexistent"))
+    ('boxed_math', 'reward_model:org/rm')
+    """
+    from rlvr.verifiers.reward_model import PREFIX, is_reward_model, location  # the contract's own prefix (a light module)
+
+    if not isinstance(spec, str) or not is_reward_model(spec):
+        return spec
+    return PREFIX + path_next_to(location(spec), directory)

@@ -140,7 +140,8 @@ def proxy_pulls_away(records: list[dict], cfg: Config | None) -> Verdict | None:
     if None in (g0, g1) or g1 - g0 < PROXY_GAP_RISE:
         return None
     detectors = {k: _mean(records, k, last) for k in sorted({k for r in records[last] for k in r}) if k.startswith("hack/") and
-                 k not in ("hack/proxy_minus_strict", "hack/proxy_minus_strict_growth", "hack/flagged")}
+                 k not in ("hack/proxy_minus_strict", "hack/proxy_minus_strict_growth", "hack/flagged")
+                 and not k.endswith("/wrong_over_right")}  # a learned term's ranking against the verifier, not a share flagged
     worst = max(detectors, key=lambda k: detectors[k] or 0.0, default=None)
     seen = f"; the most flagged pattern is {worst} ({detectors[worst]:.0%} of the last quarter's completions)" if worst and detectors[worst] else ""
     return Verdict("the trained reward pulls away from the strict verifier (reward hacking)",

@@ -28,7 +28,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from rlvr.checkpoint import fault_point, load_weights, read_state, restore_rng_state, rng_state, save_weights
-from rlvr.config import Config
+from rlvr.config import AlgoConfig, Config
 from rlvr.data import Example, chat_prompts, format_prompt
 from rlvr.models import reference_for
 from rlvr.algorithms import adapt_entropy_coef
@@ -142,6 +142,54 @@ def lr_factor(schedule: str, warmup: int, total: int):
     return factor
 
 
+@dataclass
+class EntropyControl:
+    """Adaptive entropy control (algo.entropy_adaptive; Skywork-OR1): the entropy bonus's coefficient now and the
+    policy's entropy the last update measured, learner state that a checkpoint keeps. Whoever holds the learner's
+    state holds one (LocalLearner; LearnerGroup, in the driver, for its ranks): `settings` gives an update its
+    settings, `observe` steps the coefficient from the update's metrics. Off (`entropy_adaptive` false): the
+    settings as they are, the metrics untouched."""
+
+    algo: AlgoConfig
+    coef: float
+    last: float | None = None  # none before the first measurement: counts as at or below the target
+
+    @classmethod
+    def start(cls, algo: AlgoConfig) -> EntropyControl:
+        return cls(algo, algo.entropy_coef)
+
+    def applied(self) -> float:
+        """The bonus's coefficient for the next update: the current one while the last measured entropy is at or
+        below the target, else 0."""
+        return self.coef if self.last is None or self.last <= self.algo.entropy_target else 0.0
+
+    def settings(self, base: UpdateSettings) -> UpdateSettings:
+        """The next update's settings: the applied coefficient, the policy's entropy measured on the way."""
+        if not self.algo.entropy_adaptive:
+            return base
+        return dataclasses.replace(base, loss=dataclasses.replace(base.loss, entropy_coef=self.applied()), measure_entropy=True)
+
+    def observe(self, metrics: dict[str, float]) -> dict[str, float]:
+        """After the update `settings` configured: the coefficient's step from its `loss/entropy` (none when
+        nothing was forwarded: every advantage 0, nothing measured), and `loss/entropy_coef`, the one it applied."""
+        if not self.algo.entropy_adaptive:
+            return metrics
+        a, applied = self.algo, self.applied()
+        measured = metrics.get("loss/entropy")
+        if measured is not None:
+            self.last = float(measured)
+            self.coef = adapt_entropy_coef(self.coef, self.last, a.entropy_target, a.entropy_coef_delta, a.entropy_coef_min,
+                                           a.entropy_coef_max)
+        return {**metrics, "loss/entropy_coef": applied}
+
+    def state(self) -> dict[str, float | None]:
+        return {"coef": self.coef, "last": self.last}
+
+    def load_state(self, state: dict[str, Any] | None) -> None:
+        if state is not None:  # absent in checkpoints from before adaptive entropy control existed
+            self.coef, self.last = state["coef"], state["last"]
+
+
 class LocalLearner:
     """Policy, reference, optimizer, scheduler and sampler in this process.
 
@@ -157,7 +205,7 @@ class LocalLearner:
         self.reference = reference_for(policy) if cfg.algo.beta > 0 else None
         self.teacher = None  # on-policy distillation (distill.on_policy_coef): frozen, beside the policy
         if cfg.distill.on_policy_coef > 0:
-            from rlvr.runtime import load_teacher  # the runtime layer: a run point or directory, as `rlvr eval` resolves one
+            from rlvr.sources import load_teacher  # start-up time: only a distillation run reads a run point or directory for a teacher
 
             self.teacher = load_teacher(cfg, tokenizer, policy, "distill.on_policy_coef")
         trainable = [p for p in policy.parameters() if p.requires_grad]  # with LoRA: the adapters only
@@ -172,8 +220,7 @@ class LocalLearner:
         self.optimizer_loaded = False  # by load_policy, from a checkpoint that learner ranks wrote
         self._sampler, self._sampling, self._engine = None, cfg.rollout.sampling(), cfg.rollout.engine
         self._tools = ToolSettings.from_config(cfg.rollout)  # None: single-turn rollouts
-        # Adaptive entropy control (algo.entropy_adaptive): the coefficient now, and the entropy the last update measured.
-        self.entropy_coef, self.last_entropy = cfg.algo.entropy_coef, None
+        self.entropy_control = EntropyControl.start(cfg.algo)  # algo.entropy_adaptive: the coefficient, the last entropy
         self.gradient_checkpointing = cfg.model.gradient_checkpointing
         if self.gradient_checkpointing:
             policy.gradient_checkpointing_enable()
@@ -215,30 +262,12 @@ class LocalLearner:
         if self._sampler is not None:
             self._sampler.rest()  # a colocated vLLM engine on GPU sleeps through the update
         try:
-            if not self.algo.entropy_adaptive:
-                return rl_update(self.policy, self.optimizer, self.scheduler, rollouts, advantages_B, self.settings,
-                                 reference=self.reference, include_B=include_B, teacher=self.teacher)
-            return self._adaptive_entropy_update(rollouts, advantages_B, include_B)
+            settings = self.entropy_control.settings(self.settings)  # algo.entropy_adaptive: the coefficient of the moment
+            out = rl_update(self.policy, self.optimizer, self.scheduler, rollouts, advantages_B, settings,
+                            reference=self.reference, include_B=include_B, teacher=self.teacher)
+            return self.entropy_control.observe(out)
         finally:  # even a failed update may have stepped: a vLLM engine's copy is refreshed before it samples again
             self._weights_changed()
-
-    def _adaptive_entropy_update(self, rollouts: Rollouts, advantages_B: torch.Tensor, include_B: torch.Tensor) -> dict[str, float]:
-        """One update with the bonus at the current coefficient while the last measured entropy is at or below the
-        target (none before the first measurement counts as below), the policy's entropy over the trained tokens
-        measured on the way, then the coefficient's step (algo.entropy_*)."""
-        a = self.algo
-        applied = self.entropy_coef if self.last_entropy is None or self.last_entropy <= a.entropy_target else 0.0
-        settings = dataclasses.replace(self.settings, loss=dataclasses.replace(self.settings.loss, entropy_coef=applied),
-                                       measure_entropy=True)
-        out = rl_update(self.policy, self.optimizer, self.scheduler, rollouts, advantages_B, settings, reference=self.reference,
-                        include_B=include_B, teacher=self.teacher)
-        measured = out.get("loss/entropy")
-        if measured is not None:  # None: nothing was forwarded this step (every advantage 0), nothing measured
-            self.last_entropy = float(measured)
-            self.entropy_coef = adapt_entropy_coef(self.entropy_coef, self.last_entropy, a.entropy_target, a.entropy_coef_delta,
-                                                   a.entropy_coef_min, a.entropy_coef_max)
-        out["loss/entropy_coef"] = applied
-        return out
 
     def save_policy(self, directory: Path) -> None:
         save_weights(directory, self.policy)
@@ -256,7 +285,7 @@ class LocalLearner:
 
     def trainer_state(self) -> dict[str, Any]:
         return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(), "rng": rng_state(self.generator),
-                "rounds": self.rounds, "entropy_control": {"coef": self.entropy_coef, "last": self.last_entropy}}
+                "rounds": self.rounds, "entropy_control": self.entropy_control.state()}
 
     def load_trainer_state(self, state: dict[str, Any]) -> None:
         if not self.optimizer_loaded:  # else load_policy loaded it, from a sharded checkpoint
@@ -264,9 +293,7 @@ class LocalLearner:
         self.scheduler.load_state_dict(state["scheduler"])
         restore_rng_state(state["rng"], self.generator)
         self.rounds = state.get("rounds", 0)  # absent in checkpoints from before it was recorded
-        control = state.get("entropy_control")  # absent before adaptive entropy control existed
-        if control is not None:
-            self.entropy_coef, self.last_entropy = control["coef"], control["last"]
+        self.entropy_control.load_state(state.get("entropy_control"))
 
     @contextlib.contextmanager
     def evaluation_policy(self) -> Iterator[torch.nn.Module]:

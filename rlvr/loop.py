@@ -36,7 +36,7 @@ from rlvr.data import Example
 from rlvr.errors import LearnerLost, RunStopped
 from rlvr.learner import Learner
 from rlvr.metrics import STOP_FILE, JsonlWriter, PhaseBar, read_jsonl_records, rewind_jsonl
-from rlvr.monitor import HackMonitor
+from rlvr.monitor import HackMonitor, learned_term_metrics
 from rlvr.reward import RewardError, RewardTerm, Scores, correctness_term, score_completions
 from rlvr.rollout import Rollouts, ToolTrace, completion_id_lists, concat_rollouts
 from rlvr.rollout.multiturn import merged_tool_metrics
@@ -329,6 +329,7 @@ def _train(learner: Learner, examples: list[Example], cfg: Config, reward_terms:
                     [e.prompt for e in batch.examples], batch.texts, [e.answer for e in batch.examples],
                     batch.rollouts.truncated_B.tolist(), [None if v != v else float(v) for v in batch.correct_B.tolist()], batch.trace)
                 record.update(hack_metrics)
+                record.update(learned_term_metrics(scores, reward_terms, G))  # a reward model or judge against the verifier
             if evaluate_policy is not None and cfg.eval.every and step % cfg.eval.every == 0:
                 t_eval = time.perf_counter()
                 with learner.evaluation_policy() as policy:

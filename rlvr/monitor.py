@@ -16,6 +16,14 @@ moving average over monitor.window steps has stood more than monitor.min_gap abo
 of the run's first window for monitor.patience steps in a row. The detector that fires most is
 named, with examples.
 
+A learned or judged term (a reward model, an LLM judge: `Reward.learned`) beside a verifier is watched
+against it: `hack/<term>/wrong_over_right` is, over the pairs of completions of one prompt where the
+correctness term scores one lower ("wrong") than the other ("right"), the share in which the learned term
+scores the wrong one higher (ties count half): 0 = it ranks as the verifier does, 0.5 = it is unrelated,
+above 0.5 = it prefers what the verifier refuses. Pairs are taken within a group because the group is
+what the advantage compares; across prompts, a reward model's per-prompt offsets would blur the figure.
+A policy that learns what the reward model likes but the verifier refuses drives it up.
+
 Why a moving average against the run's own start, not "up at every step": a real gap is noisy
 from step to step (the lab on a substring reward: 0.11, 0.03, 0.09, 0.02, ... while it climbs to
 0.6), so a rule that wants N rises in a row never fires on a real hack; and a gap that is large
@@ -27,6 +35,9 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
+import torch
+
+from rlvr.reward import RewardTerm, Scores, correctness_term
 from rlvr.verifiers.math import boxed_math
 
 _BOX = re.compile(r"\\(?:boxed|fbox)\{")
@@ -61,6 +72,48 @@ DETECTORS: dict[str, Callable[[str, str, bool], bool]] = {
     "multiple_boxes": multiple_boxes, "unboxed": unboxed, "prompt_echo": prompt_echo,
     "at_length_limit": at_length_limit, "repeated_text": repeated_text,
 }
+
+
+def wrong_over_right(verdicts: list[float | None], learned: list[float | None], group_size: int | None = None) -> float | None:
+    """Over the pairs (i, j) of one group with verdicts[i] < verdicts[j] (the verifier calls i the wrong one),
+    the share with learned[i] > learned[j], ties counting half; None when there is no such pair. Rows where
+    either is None are left out. `group_size` None: the whole batch is one group.
+
+    >>> wrong_over_right([0.0, 1.0, 1.0, 0.0], [0.9, 0.1, 0.5, 0.5])  # (0,1) 1, (0,2) 1, (3,1) 1, (3,2) tie: 3.5 / 4
+    0.875
+    >>> wrong_over_right([1.0, 1.0], [0.3, 0.2]) is None  # no wrong row: nothing to compare
+    True
+    """
+    n = len(verdicts)
+    G = group_size or n
+    if n == 0 or n % G:
+        return None
+    nan = float("nan")
+    v_NG = torch.tensor([nan if v is None else float(v) for v in verdicts], dtype=torch.float64).view(-1, G)
+    l_NG = torch.tensor([nan if v is None else float(v) for v in learned], dtype=torch.float64).view(-1, G)
+    present_NG = ~(v_NG.isnan() | l_NG.isnan())
+    # pair_NGG[n, i, j]: in group n, row i is wrong and row j right by the verifier, both scored by both terms
+    pair_NGG = (v_NG[:, :, None] < v_NG[:, None, :]) & present_NG[:, :, None] & present_NG[:, None, :]
+    pairs = int(pair_NGG.sum())
+    if pairs == 0:
+        return None
+    above_NGG = (l_NG[:, :, None] > l_NG[:, None, :]).double() + 0.5 * (l_NG[:, :, None] == l_NG[:, None, :]).double()
+    return float((above_NGG * pair_NGG).sum()) / pairs
+
+
+def learned_term_metrics(scores: Scores, terms: list[RewardTerm], group_size: int | None = None) -> dict[str, float | None]:
+    """hack/<term>/wrong_over_right for each learned term (`Reward.learned`) against the correctness term's
+    verdicts (each row's own term on routed data: `scores.correct_B`), over every completion `scores` holds
+    (`rlvr.reward.Scores`; G rows per prompt). Nothing when the correctness term is itself learned: then there
+    is no verifier to compare with."""
+    if not terms or scores.correct_B is None:
+        return {}
+    judge = correctness_term(terms)
+    if getattr(judge.reward, "learned", False):
+        return {}
+    verdicts = [None if v != v else float(v) for v in scores.correct_B.tolist()]
+    return {f"hack/{t.name}/wrong_over_right": wrong_over_right(verdicts, scores.terms[t.name].values, group_size)
+            for t in terms if t is not judge and getattr(t.reward, "learned", False) and t.name in scores.terms}
 
 
 def _is_math(answer: str) -> bool:

@@ -72,12 +72,12 @@ from rlvr.runtime import (
     draw_report,
     evaluation_options,
     forward_precision,
-    load_teacher,
     new_run_dir,
     prepare_model,
     run_dir_name,
     seed_everything,
 )
+from rlvr.sources import load_teacher
 from rlvr.stages.evaluate import EvalResult, evaluate, headline, key_figures, num_batches, percent, write_eval
 from rlvr.stages.sft import SFTProgress, TokenTarget, sft_train
 from rlvr.tasks import load_splits, task_for

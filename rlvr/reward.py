@@ -4,7 +4,10 @@ The reward of a completion is the weighted sum of its terms (`reward.functions` 
 `reward.weights`, plus DAPO's overlong term when `reward.overlong_buffer_frac > 0`). Each term is
 resolved and called as :mod:`rlvr.verifiers.contract` says (the same way the worker pool and
 `rlvr audit-reward` call it): a per-item verifier `f(completion, answer, **fields)` once per
-completion, a TRL-batched function `f(prompts, completions, **columns)` once per batch.
+completion, a TRL-batched function `f(prompts, completions, **columns)` once per batch (a
+`reward_model:<where>` term is one: rlvr.verifiers.reward_model; so is `judge`, an LLM judge:
+rlvr.verifiers.judge, whose cache hits, calls, retries and malformed replies are logged as
+reward/judge/<counter>).
 
 Missing values follow TRL: a term that returns None (or NaN) for a row does not score that row,
 and the row's reward is the weighted sum of the terms that do (multi-task data: a code term
@@ -31,9 +34,10 @@ from rlvr.algorithms import overlong_penalty
 from rlvr.config import ConfigError, RewardConfig
 from rlvr.data import Example
 from rlvr.errors import RunStopped
-from rlvr.verifiers.contract import (Item, Reward, as_reward, batch_columns, run_awaitable, chat_completions, example_fields, resolve_reward,
-                                    reward_from_callable)
+from rlvr.verifiers.contract import (Item, Reward, as_reward, batch_columns, run_awaitable, chat_completions, example_fields, is_timeout,
+                                    resolve_reward, reward_from_callable)
 from rlvr.verifiers.pool import PoolTiming, VerifierPool
+from rlvr.verifiers.reward_model import NAME as REWARD_MODEL_NAME, is_reward_model
 
 
 RESERVED_NAMES = {"overlong", "mean", "std", "missing", "frac_groups_all_equal", "kl_sequence"}
@@ -51,11 +55,15 @@ class TermScores:
     timeouts: int = 0
     failed: set[int] = field(default_factory=set)  # rows where the term raised, returned junk or timed out
     pool: PoolTiming | None = None  # the worker pool's timing when one scored the term (reward.workers > 0)
+    counts: dict[str, int] = field(default_factory=dict)  # what the function counted (take_counts: a judge's cache_hits, calls, ...)
 
     @staticmethod
     def of_rows(values: list[float | None], errors: list[str | None]) -> "TermScores":
+        """Rows with an error failed: a timeout (a TimeoutError the function raised or returned) counts in
+        `timeouts`, any other in `errors`."""
         failed = {i for i, e in enumerate(errors) if e}
-        return TermScores(values, len(failed), next((e for e in errors if e), None), failed=failed)
+        timeouts = sum(is_timeout(e) for e in errors)
+        return TermScores(values, len(failed) - timeouts, next((e for e in errors if e), None), timeouts, failed)
 
 
 @dataclass
@@ -97,8 +105,13 @@ class RewardTerm:
             part = self._score(pick(prompts), pick(completions), pick(examples), pick(lengths), pick(prompt_messages), pick(completion_ids),
                                conversation.select(mine) if conversation is not None else None) \
                 if mine else TermScores([], pool=PoolTiming() if self.pool is not None else None)  # pooled: its time/verify/ keys every step
-            return _scatter(part, mine, len(examples))
-        return self._score(prompts, completions, examples, lengths, prompt_messages, completion_ids, conversation)
+            scores = _scatter(part, mine, len(examples))
+        else:
+            scores = self._score(prompts, completions, examples, lengths, prompt_messages, completion_ids, conversation)
+        take_counts = getattr(self.reward, "take_counts", None)
+        if take_counts is not None:  # what the function counted while it scored (a judge: cache hits, calls, retries, malformed)
+            scores.counts = dict(take_counts())
+        return scores
 
     def _score(self, prompts, completions, examples, lengths, prompt_messages, completion_ids, conversation=None) -> TermScores:
         extra = conversation.columns() if conversation is not None else {}
@@ -213,7 +226,7 @@ def term_names(cfg: RewardConfig) -> list[str]:
 
 def resolve_rewards(cfg: RewardConfig) -> list[Reward]:
     """`reward.functions` resolved by the contract, after `reward.imports`; ConfigError naming the entry."""
-    return [resolve_reward(spec, cfg.imports, where=f"reward.functions[{i}]") for i, spec in enumerate(cfg.functions)]
+    return [resolve_reward(spec, cfg.imports, where=f"reward.functions[{i}]", config=cfg) for i, spec in enumerate(cfg.functions)]
 
 
 def _correctness_index(cfg: RewardConfig, names: list[str]) -> int:
@@ -241,8 +254,9 @@ def metric_names(names: list[str]) -> list[str]:
 def correctness_name(cfg: RewardConfig) -> str:
     """The metrics key of the term that judges correctness, as `build_reward_terms` names it, read
     from the config alone: nothing is imported, so a report still draws for a run whose reward
-    module is gone. A reward's name is its registered name, or an import path's function name."""
-    names = [spec.partition(":")[2].strip().split(".")[-1] if ":" in spec else spec for spec in cfg.functions]
+    module is gone. A reward's name is its registered name, an import path's function name, or reward_model."""
+    names = [REWARD_MODEL_NAME if is_reward_model(spec) else spec.partition(":")[2].strip().split(".")[-1] if ":" in spec else spec
+             for spec in cfg.functions]
     keys = metric_names(names)
     return keys[_correctness_index(cfg, keys)]
 
@@ -309,9 +323,10 @@ class Scores:
     correct_B: torch.Tensor | None = None  # the correctness term's scores; NaN where it gave none
 
     def metrics(self) -> dict[str, float | int | None]:
-        """reward/<term> (mean over present values), reward/<term>/missing, /errors and /timeouts;
-        for a term scored in worker processes (reward.workers > 0) also time/verify/<term>/seconds,
-        /items_per_s and /slowest_item_s (`PoolTiming`)."""
+        """reward/<term> (mean over present values), reward/<term>/missing, /errors and /timeouts, and
+        what the term's function counts (reward/<term>/<counter>: an LLM judge's cache_hits, calls,
+        retries, malformed); for a term scored in worker processes (reward.workers > 0) also
+        time/verify/<term>/seconds, /items_per_s and /slowest_item_s (`PoolTiming`)."""
         out: dict[str, float | int | None] = {}
         for name, t in self.terms.items():
             present = [v for v in t.values if v is not None]
@@ -319,6 +334,7 @@ class Scores:
             out[f"reward/{name}/missing"] = len(t.values) - len(present)
             out[f"reward/{name}/errors"] = t.errors
             out[f"reward/{name}/timeouts"] = t.timeouts
+            out.update({f"reward/{name}/{counter}": n for counter, n in t.counts.items()})
         for name, t in self.terms.items():  # after every reward/ key: the line reads as before with time/verify/ appended
             if t.pool is not None:
                 out.update(t.pool.metrics(f"time/verify/{name}"))
@@ -337,6 +353,7 @@ class Scores:
                 [v for t in ts for v in t.values], sum(t.errors for t in ts), next((t.first_error for t in ts if t.first_error), None),
                 sum(t.timeouts for t in ts), {offset + i for t, offset in zip(ts, offsets) for i in t.failed},
                 sum(timings, PoolTiming()) if timings else None,
+                {counter: sum(t.counts.get(counter, 0) for t in ts) for counter in dict.fromkeys(c for t in ts for c in t.counts)},
             )
         return merged
 
@@ -354,7 +371,7 @@ def _scatter(part: TermScores, rows: list[int], n: int) -> TermScores:
     values: list[float | None] = [None] * n
     for row, value in zip(rows, part.values):
         values[row] = value
-    return TermScores(values, part.errors, part.first_error, part.timeouts, {rows[i] for i in part.failed}, part.pool)
+    return TermScores(values, part.errors, part.first_error, part.timeouts, {rows[i] for i in part.failed}, part.pool, part.counts)
 
 
 def score_completions(

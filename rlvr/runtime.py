@@ -8,7 +8,7 @@
 - run directories: `new_run_dir` (`--out` or runs/<kind>-<time>), and what a resumed run may change
   (`RESUMABLE_CHANGES`, `changes_breaking_resume`);
 - data: `check_routes`, `data_fingerprint` (the splits themselves are `rlvr.tasks.load_splits`);
-- models: `prepare_model` (the user's, or the tiny lab model: `tiny_lab_model`), `load_teacher`;
+- models: `prepare_model` (the user's, or the tiny lab model: `tiny_lab_model`) (a distillation teacher: `rlvr.sources.load_teacher`);
 - evaluation: `evaluation_options`, and `draw_report` (report.html, never fatal).
 
 Nothing here knows the recipe (pipeline.py) or any command: they import this, never the reverse.
@@ -41,7 +41,6 @@ from rlvr.rollout.multiturn import ToolSettings
 from rlvr.rollout.samplers import set_vllm_options
 from rlvr.rollout.vllm_sampler import VLLMSettings, vllm_unavailable
 from rlvr.rollout.vllm_server import ServerError, server_info
-from rlvr.sources import resolve_model
 from rlvr.tasks import task_for
 
 # ----------------------------------------------------------------------------- process settings
@@ -188,24 +187,6 @@ def prepare_model(cfg: Config, run_dir: Path):
         tokenizer.chat_template = Path(cfg.data.chat_template).read_text(encoding="utf-8")
     model = load_model(path, cfg.run.dtype, str(device), cfg.model.trust_remote_code)
     return model, tokenizer
-
-
-def load_teacher(cfg: Config, tokenizer, student, setting: str = "distill.kl_coef"):
-    """The frozen teacher of distillation's token-level terms (`setting`: the knob that asked for it, named in
-    errors): it must share the student's tokenizer and output width (the terms compare the same tokens, position
-    by position)."""
-    teacher, teacher_tokenizer = resolve_model(cfg.distill.teacher, "distill.teacher").load(cfg.run.dtype, str(next(student.parameters()).device))
-    fix = f"; set {setting} = 0 to distill by SFT on the teacher's verified traces alone"
-    if teacher_tokenizer.get_vocab() != tokenizer.get_vocab():
-        raise ConfigError(
-            f"{setting}: the token-level term needs teacher and student to share a tokenizer, but {cfg.distill.teacher}'s "
-            f"vocabulary ({len(teacher_tokenizer)} tokens) differs from the student's ({len(tokenizer)}){fix}"
-        )
-    widths = [m.get_output_embeddings().weight.shape[0] for m in (teacher, student)]
-    if widths[0] != widths[1]:
-        raise ConfigError(f"{setting}: teacher and student share a tokenizer but their output layers have {widths[0]} and {widths[1]} rows{fix}")
-    teacher.eval().requires_grad_(False)
-    return teacher
 
 
 # ----------------------------------------------------------------------------- evaluation and reports

@@ -122,3 +122,21 @@ def _from_run(spec: str, run_dir: Path, point: str, what: str) -> ModelSource:
         f"{what}: {run_dir} holds no trained model: no model/ (written when the run finishes), no complete step checkpoint in "
         f"{checkpoints}, no finished SFT stage; give {run_dir}@start for the model it started from"
     )
+
+
+def load_teacher(cfg: Config, tokenizer, student, setting: str = "distill.kl_coef"):
+    """The frozen teacher of distillation's token-level terms (`setting`: the knob that asked for it, named in
+    errors): it must share the student's tokenizer and output width (the terms compare the same tokens, position
+    by position)."""
+    teacher, teacher_tokenizer = resolve_model(cfg.distill.teacher, "distill.teacher").load(cfg.run.dtype, str(next(student.parameters()).device))
+    fix = f"; set {setting} = 0 to distill by SFT on the teacher's verified traces alone"
+    if teacher_tokenizer.get_vocab() != tokenizer.get_vocab():
+        raise ConfigError(
+            f"{setting}: the token-level term needs teacher and student to share a tokenizer, but {cfg.distill.teacher}'s "
+            f"vocabulary ({len(teacher_tokenizer)} tokens) differs from the student's ({len(tokenizer)}){fix}"
+        )
+    widths = [m.get_output_embeddings().weight.shape[0] for m in (teacher, student)]
+    if widths[0] != widths[1]:
+        raise ConfigError(f"{setting}: teacher and student share a tokenizer but their output layers have {widths[0]} and {widths[1]} rows{fix}")
+    teacher.eval().requires_grad_(False)
+    return teacher

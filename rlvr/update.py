@@ -244,21 +244,31 @@ def off_policy_weights(logp_BT: torch.Tensor, old_logp_BT: torch.Tensor, chunk: 
 
 
 def forking_tokens(policy: PreTrainedModel, chunks: list[Rollouts], adv_chunks: list[torch.Tensor], settings: UpdateSettings,
-                   log: UpdateMetrics) -> list[torch.Tensor] | None:
+                   log: UpdateMetrics, *, gather: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                   device: torch.device | None = None) -> list[torch.Tensor] | None:
     """algo.top_entropy_quantile < 1: each chunk's (B, T) mask of the tokens whose policy entropy, measured before the
     update with no graph, is in the top quantile of the whole batch's tokens in the loss (the threshold is the
-    batch's, so a micro-batch split changes nothing). None when off."""
+    batch's, so a micro-batch split changes nothing). None when off.
+
+    Chunks past `len(adv_chunks)` are zero-weight forwards (`Share.pad_rows`): forwarded as every other forward is
+    (FSDP's gathers need every process to run as many), their entropies dropped. `gather` (`Share.gather`) joins the
+    in-loss entropies of the processes that hold the rest of the batch, so the threshold is the whole batch's there
+    too; the quantile sorts, so the order they come in changes nothing."""
     q = settings.top_entropy_quantile
     if q >= 1.0:
         return None
+    real = len(adv_chunks)
     with log.timed("time/frozen_forward"), torch.no_grad():
-        entropies = [chunk_logprobs(policy, c, settings.temperature, with_entropy=True)[1] for c in chunks]
+        entropies = [chunk_logprobs(policy, c, settings.temperature, with_entropy=True)[1] for c in chunks][:real]
     in_loss = [c.completion_mask_BT.bool() & torch.isfinite(a).unsqueeze(1) for c, a in zip(chunks, adv_chunks)]
-    values = torch.cat([e[m] for e, m in zip(entropies, in_loss)]) if chunks else torch.zeros(0)
+    values = torch.cat([e[m] for e, m in zip(entropies, in_loss)]) if real else torch.zeros(0, device=device)
+    if gather is not None:
+        values = gather(values)
     threshold = entropy_threshold(values, q)
     masks = [high_entropy_mask(e, m, threshold) for e, m in zip(entropies, in_loss)]
-    kept, total = sum(int(m.sum()) for m in masks), sum(int(m.sum()) for m in in_loss)
-    log.forking = {"loss/top_entropy_threshold": threshold if values.numel() else 0.0, "loss/top_entropy_kept_frac": kept / max(total, 1)}
+    # Counts, not the fraction: processes' counts add up to the batch's (UpdateMetrics.merged).
+    log.forking = {"threshold": threshold if values.numel() else 0.0, "kept": sum(int(m.sum()) for m in masks),
+                   "tokens": sum(int(m.sum()) for m in in_loss)}
     return masks
 
 
@@ -266,7 +276,9 @@ def distillation_terms(teacher: PreTrainedModel, chunks: list[Rollouts], old: li
                        settings: UpdateSettings) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """On-policy distillation (distill.on_policy_coef): per chunk, the teacher's per-token advantages against the
     old policy's log-probs of the same tokens (the student that sampled them, up to sampler numerics), and the mean
-    sampled reverse KL, log pi_student - log pi_teacher, over the tokens in the loss (loss/teacher_kl)."""
+    sampled reverse KL, log pi_student - log pi_teacher, over the tokens in the loss (loss/teacher_kl). The teacher
+    scores every chunk, the zero-weight forwards past `len(adv_chunks)` too (a sharded teacher's gathers need every
+    process to run as many forwards), and their terms are dropped."""
     out = []
     for chunk, old_logp, teacher_logp, adv_B in zip(chunks, old, frozen_logprobs(teacher, chunks, settings.temperature), adv_chunks):
         in_loss_BT = chunk.completion_mask_BT.bool() & torch.isfinite(adv_B).unsqueeze(1)
@@ -298,7 +310,7 @@ class UpdateMetrics:
         self.loss, self.grad_norm, self.skipped = 0.0, 0.0, 0  # summed over passes
         self.mismatch_sum, self.mismatch_max = 0.0, 0.0
         self.tis_sums: dict[str, float] = defaultdict(float)
-        self.forking: dict[str, float] = {}  # algo.top_entropy_quantile: the batch's threshold and the share of tokens kept
+        self.forking: dict[str, float] = {}  # algo.top_entropy_quantile: the batch's threshold, tokens kept, tokens in the loss
         self.seconds = {"time/frozen_forward": 0.0, "time/forward": 0.0, "time/backward": 0.0, "time/optimizer": 0.0}
 
     @contextmanager
@@ -333,12 +345,15 @@ class UpdateMetrics:
         """The metrics of one update run by several processes (`Share`), given in rank order: their
         token sums added, the largest mismatch and the slowest process's times kept. The loss, the
         gradient norm and the skipped passes are the whole update's on every process (reduced
-        before the step decides), so the first's stand."""
+        before the step decides), so the first's stand, as does the top-entropy threshold (every
+        process computes it over the whole batch's tokens: `Share.gather`); the tokens it kept add up."""
         if len(parts) == 1:
             return parts[0]
         out = cls()
         out.loss, out.grad_norm, out.skipped = parts[0].loss, parts[0].grad_norm, parts[0].skipped
-        out.forking = parts[0].forking
+        if parts[0].forking:
+            out.forking = {"threshold": parts[0].forking["threshold"], "kept": sum(p.forking["kept"] for p in parts),
+                           "tokens": sum(p.forking["tokens"] for p in parts)}
         for part in parts:
             out.tokens += part.tokens
             for name, value in part.token_sums.items():
@@ -360,7 +375,9 @@ class UpdateMetrics:
         out["loss/lr"] = lr
         out["rollout/logp_mismatch_mean"] = self.mismatch_sum / max(self.tokens / passes, 1)  # over the first pass's tokens
         out["rollout/logp_mismatch_max"] = self.mismatch_max
-        out.update(self.forking)
+        if self.forking:
+            out["loss/top_entropy_threshold"] = self.forking["threshold"]
+            out["loss/top_entropy_kept_frac"] = self.forking["kept"] / max(self.forking["tokens"], 1)
         if settings.tis_cap:  # over the tokens in the loss, once (the weights are the same on every pass)
             out["loss/tis_weight_mean"] = self.tis_sums["loss/tis_weight_mean"] / max(self.tis_sums["tokens"], 1)
             out["loss/tis_capped_frac"] = self.tis_sums["loss/tis_capped_frac"] / max(self.tis_sums["tokens"], 1)
@@ -424,6 +441,9 @@ class Share:
     # A pass's loss total over every process, added in rank order; None: alone. The non-finite
     # guard reads it, so every process decides alike whether to step.
     reduce_loss: Callable[[torch.Tensor], torch.Tensor] | None = None
+    # A 1-D tensor of any length from every process, concatenated in rank order, the same on every
+    # process; None: alone. Whole-batch statistics read it (the top-entropy threshold: forking_tokens).
+    gather: Callable[[torch.Tensor], torch.Tensor] | None = None
 
     @classmethod
     def whole(cls, plan: MicroBatchPlan) -> Share:
@@ -444,9 +464,10 @@ def run_update(policy: PreTrainedModel, optimizer: torch.optim.Optimizer, schedu
     distilling = teacher is not None and st.distill_coef > 0
     with log.timed("time/frozen_forward"):
         old, ref = old_and_reference_logprobs(policy, reference, chunks, st, frozen_old=distilling)
-        taught = distillation_terms(teacher, chunks[:real], old, adv_chunks, st) if distilling else None
+        taught = distillation_terms(teacher, chunks, old, adv_chunks, st) if distilling else None
     tis: list[torch.Tensor | None] = [None] * real  # once per chunk, on the first pass: they do not change across passes
-    forking = forking_tokens(policy, chunks[:real], adv_chunks, st, log)  # algo.top_entropy_quantile: None when off
+    # algo.top_entropy_quantile (None when off): every forward, the zero-weight ones too (FSDP), over the whole batch (gather)
+    forking = forking_tokens(policy, chunks, adv_chunks, st, log, gather=share.gather, device=advantages_B.device)
     # The optimizer's parameters, not policy.parameters(): frozen (LoRA base) weights may hold stale grads.
     trainable = [p for group in optimizer.param_groups for p in group["params"]]
     for pass_index in range(st.num_iterations):

@@ -31,7 +31,7 @@ from rlvr.models import add_lora, build_char_tokenizer, build_tiny_model  # noqa
 from rlvr.rollout import encode_prompts, generate  # noqa: E402
 from rlvr.runtime import apply_run_settings  # noqa: E402
 from rlvr.sampling import Sampling  # noqa: E402
-from rlvr.update import Share, UpdateMetrics, guarded_step, plan_micro_batches, run_update  # noqa: E402
+from rlvr.update import Share, UpdateMetrics, forking_tokens, guarded_step, plan_micro_batches, run_update  # noqa: E402
 
 BASE = [
     "model.tiny.hidden_size=32", "model.tiny.num_layers=2", "model.tiny.intermediate_size=64", "model.tiny.num_heads=4",
@@ -259,6 +259,140 @@ def test_lora_adapters_train_on_fsdp_ranks_as_in_one_process(two_ranks, tokenize
     assert two_ranks.with_weights(lambda stream: [name for name, _ in stream]) == trainable
     adapters = sum(initial[name].nbytes for name in trainable)
     assert all(rank["optimizer"] / (2 * adapters) == pytest.approx(0.5, abs=0.02) for rank in two_ranks.memory())
+
+
+def rank_gradients(group) -> dict[str, torch.Tensor]:
+    """The gradients the ranks' last pass stepped with (clipped as the step clipped them), whole:
+    gathered from the shards under FSDP (every rank takes part in each gather), rank 0's under DDP."""
+    def gradients(rank):
+        grads = {n: (p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad).clone()
+                 for n, p in rank.model.named_parameters() if p.grad is not None}
+        return grads if rank.rank == 0 else None
+
+    return group.run(gradients)[0]
+
+
+def assert_same_gradients(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor]) -> None:
+    """Every element within 1e-5 of its gradient's scale (the tensor's largest element). What
+    differs is the order of fp32 additions: measured at most 1.8e-7 of the scale on a first update,
+    9.2e-7 on later ones (taken at weights that already differ by rounding), over top-entropy,
+    adaptive entropy and distillation runs; a rank taking the top-entropy threshold over its own
+    share gives 1.2 (the negative control below)."""
+    assert got.keys() == want.keys() and want
+    for name, g in want.items():
+        torch.testing.assert_close(got[name], g, rtol=0.0, atol=1e-5 * float(g.abs().max()) + 1e-12, msg=name)
+
+
+def updates_side_by_side(group, cfg, tokenizer, batch, steps: int, teacher=None):
+    """`steps` updates on the same batch by the local learner and by `group` (reset to the same
+    first weights, and `teacher`), compared after each: metrics within METRIC_RTOL, gradients
+    within 1e-5 of their scale; then the weights within WEIGHT_ATOL. Returns the local learner and
+    the metrics (local, group) of each update."""
+    local = LocalLearner(initial_policy(cfg, tokenizer), tokenizer, cfg)
+    group.reset(initial_policy(cfg, tokenizer), cfg, teacher=teacher)
+    records = []
+    for _ in range(steps):
+        want, got = comparable(local.update(*batch)), comparable(group.update(*batch))
+        assert got.keys() == want.keys()
+        for key in want:
+            assert got[key] == pytest.approx(want[key], rel=METRIC_RTOL, abs=1e-9), key
+        assert_same_gradients(rank_gradients(group), {n: p.grad for n, p in local.policy.named_parameters() if p.grad is not None})
+        records.append((want, got))
+    with group.evaluation_policy() as policy:
+        assert max_difference(weights_of(policy), weights_of(local.policy)) <= WEIGHT_ATOL
+    return local, records
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_top_entropy_tokens_are_the_whole_batch_s_on_two_ranks(two_ranks, tokenizer, batch, strategy):
+    """algo.top_entropy_quantile on two ranks trains the tokens one process trains: every rank
+    takes the threshold over both ranks' in-loss entropies (Share.gather), so the threshold, the
+    share of tokens kept, the gradients and the weights are the local learner's. Five
+    micro-batches of 3 (one row left out): under FSDP rank 1 also runs a zero-weight forward in
+    the no-grad entropy pass, as in the training pass, or the ranks would wait on each other."""
+    cfg = config(2, strategy, "algo.top_entropy_quantile=0.3")
+    include_B = torch.ones(16, dtype=torch.bool)
+    include_B[5] = False
+    local, records = updates_side_by_side(two_ranks, cfg, tokenizer, (*batch, include_B), STEPS)
+    for want, got in records:
+        assert want["loss/forwards"] == 5
+        assert got["loss/top_entropy_kept_frac"] == want["loss/top_entropy_kept_frac"]  # counts of tokens: exactly
+        assert 0.2 < want["loss/top_entropy_kept_frac"] < 0.4
+    # The negative control: each rank taking the threshold over its own share (what a Share without
+    # `gather` does) trains other tokens, and the gradient comparison above sees it.
+    learner = LocalLearner(initial_policy(cfg, tokenizer), tokenizer, cfg)
+    collect, settings = torch.optim.SGD(learner.policy.parameters(), lr=0.0), dataclasses.replace(learner.settings, max_grad_norm=0.0)
+    plan = plan_micro_batches(*batch, include_B, settings)
+
+    def gradients(shares):
+        grads = {}
+        for parts in shares:
+            run_update(learner.policy, collect, torch.optim.lr_scheduler.LambdaLR(collect, lambda s: 1.0), *batch, settings, plan,
+                       Share(parts, len(parts)), reference=learner.reference)
+            for n, p in learner.policy.named_parameters():
+                grads[n] = grads.get(n, 0) + p.grad
+        return grads
+
+    whole, per_rank = gradients([plan.parts]), gradients([plan.parts[0::2], plan.parts[1::2]])
+    with pytest.raises(AssertionError):
+        assert_same_gradients(per_rank, whole)
+
+
+@pytest.mark.parametrize("strategy, target", [("ddp", 0.5), ("fsdp", 100.0)])
+def test_adaptive_entropy_control_on_two_ranks_follows_the_local_learner_and_resumes(two_ranks, tokenizer, batch, tmp_path,
+                                                                                     strategy, target):
+    """algo.entropy_adaptive on two ranks: the group holds the coefficient, sends the ranks the one
+    it applies, plans with it and steps it from the merged loss/entropy, so the trajectory is the
+    local learner's. Target 0.5 nats (below the tiny model's entropy): the bonus acts on the first
+    update only, after which the plan skips the zero-advantage rows (beta = 0), as the local plan
+    does; target 100: it acts throughout, its coefficient rising. A resume from a checkpoint taken
+    between two updates redoes the next one exactly, coefficient included."""
+    cfg = config(2, strategy, "algo.beta=0", "algo.entropy_adaptive=true", "algo.entropy_coef=0.01", f"algo.entropy_target={target}",
+                 "algo.entropy_coef_delta=0.004")
+    local, records = updates_side_by_side(two_ranks, cfg, tokenizer, (*batch, None), 3)
+    applied = [want["loss/entropy_coef"] for want, _ in records]
+    assert [got["loss/entropy_coef"] for _, got in records] == applied
+    assert applied == ([0.01, 0.0, 0.0] if target < 1 else pytest.approx([0.01, 0.014, 0.018]))
+    assert [want["loss/active_frac"] for want, _ in records] == ([1.0, 0.75, 0.75] if target < 1 else [1.0] * 3)
+    assert two_ranks.entropy_control.coef == pytest.approx(local.entropy_control.coef, abs=1e-12)
+    assert two_ranks.entropy_control.last == pytest.approx(local.entropy_control.last, rel=METRIC_RTOL)
+    # Checkpoint, one more update, then back to the checkpoint in a fresh learner: the same update again.
+    two_ranks.save_policy(tmp_path)
+    state = two_ranks.trainer_state()
+    assert state["entropy_control"] == two_ranks.entropy_control.state()
+    after = comparable(two_ranks.update(*batch, None))
+    two_ranks.reset(initial_policy(cfg, tokenizer), cfg)
+    assert two_ranks.entropy_control.state() == {"coef": 0.01, "last": None}
+    two_ranks.load_policy(tmp_path)
+    two_ranks.load_trainer_state(state)
+    assert comparable(two_ranks.update(*batch, None)) == after
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_on_policy_distillation_on_two_ranks_trains_what_the_local_learner_does(two_ranks, tokenizer, batch, tmp_path, strategy):
+    """distill.on_policy_coef on two ranks: the driver loads the teacher as LocalLearner does, puts it
+    in the object store (teacher_weights_of), and every rank builds it frozen beside the reference (sharded under FSDP,
+    where rank 1's zero-weight forward must go through the teacher too). A teacher unlike the
+    student (another seed): the per-token term moves the loss, and the ranks' metrics (teacher_kl
+    among them), gradients and weights are the local learner's; ranks that ignored the teacher
+    would lack loss/teacher_kl and differ in the loss."""
+    from rlvr.distributed.learner_group import teacher_weights_of
+    from rlvr.models import save_pretrained
+
+    cfg = config(2, strategy)
+    teacher = build_tiny_model(tokenizer, cfg.model.tiny, seed=7)
+    with torch.no_grad():
+        teacher.model.norm.weight.mul_(8.0)  # sharper than the near-uniform student: a per-token term far from 0
+    save_pretrained(teacher, tokenizer, tmp_path / "teacher")
+    cfg = config(2, strategy, "distill.on_policy_coef=0.5", f'distill.teacher="{tmp_path / "teacher"}"')
+    include_B = torch.ones(16, dtype=torch.bool)
+    include_B[5] = False
+    teacher = teacher_weights_of(cfg, tokenizer, initial_policy(cfg, tokenizer))  # what RayLearner hands its LearnerGroup
+    _, records = updates_side_by_side(two_ranks, cfg, tokenizer, (*batch, include_B), STEPS, teacher=teacher)
+    assert records[0][0]["loss/forwards"] == 5 and records[0][0]["loss/teacher_kl"] > 0.5
+    assert all(rank["teacher"] > 0 for rank in two_ranks.memory())
+    with pytest.raises(ValueError, match="a teacher goes with distill.on_policy_coef > 0"):
+        two_ranks.reset(initial_policy(cfg, tokenizer), cfg)
 
 
 @pytest.mark.parametrize("size", ["tiny", "lab x2", "llama 16k vocab"])

@@ -217,7 +217,7 @@ def test_rlvr_distill_trains_a_smaller_student_with_the_token_level_term(solvabl
 
 def test_the_token_level_term_refuses_a_teacher_with_another_tokenizer(solvable_run, tmp_path):
     from rlvr.models import save_pretrained
-    from rlvr.runtime import load_teacher
+    from rlvr.sources import load_teacher
 
     tokenizer = build_char_tokenizer()
     tokenizer.add_tokens(["<extra>"])

@@ -30,6 +30,7 @@ import torch
 from rlvr.batching import micro_batches
 from rlvr.config import Config, ConfigError
 from rlvr.errors import LearnerLost, RunStopped, UsageError
+from rlvr.learner import EntropyControl
 from rlvr.models import resolve_device
 from rlvr.rollout import Rollouts
 from rlvr.update import UpdateMetrics, UpdateSettings, plan_micro_batches
@@ -111,13 +112,17 @@ class LearnerGroup:
 
     `policy` (a module, or its FirstWeights) is read once, here; the group keeps its FirstWeights
     (in the object store) to start a new group from if a rank is lost, and no reference to the module.
+    `teacher` (on-policy distillation, distill.on_policy_coef > 0: the frozen model `load_teacher`
+    gives, or its FirstWeights) is kept the same way; every rank builds it as it builds the reference.
     `device`: where `evaluation_policy` builds the gathered model (run.device by default).
     """
 
-    def __init__(self, policy: torch.nn.Module | FirstWeights, cfg: Config, *, device: torch.device | str | None = None) -> None:
+    def __init__(self, policy: torch.nn.Module | FirstWeights, cfg: Config, *, device: torch.device | str | None = None,
+                 teacher: torch.nn.Module | FirstWeights | None = None) -> None:
         dc = cfg.distributed
         self.cfg, self.world, self.strategy = cfg, dc.learner_workers, dc.learner_strategy
         self.settings = UpdateSettings.from_config(cfg)
+        self.entropy_control = EntropyControl.start(cfg.algo)  # algo.entropy_adaptive: held here, applied by the ranks
         self.device = torch.device(device) if device is not None else resolve_device(cfg.run.device)
         self.ranks: list = []
         self.placement = None
@@ -127,6 +132,7 @@ class LearnerGroup:
             raise ConfigError(f"distributed.learner_strategy = {self.strategy!r}: {problem}")
         try:
             self.first = policy if isinstance(policy, FirstWeights) else FirstWeights.of(policy, cfg.model.trust_remote_code)
+            self.teacher = teacher_weights(teacher, cfg)
             self._start()
         except BaseException:
             self.close()
@@ -169,12 +175,16 @@ class LearnerGroup:
         self.infos = self._get(probes)
         address = self._get([self.ranks[0].address.remote()])[0]
         self._each("join", address)
-        self._each("build", self.first.spec, self.first.ref)  # the weights travel once, fetched by every rank from the object store
+        self._each("build", self.first.spec, self.first.ref, None, *self._teacher_args())  # the weights travel once, fetched by
+        # every rank from the object store
 
-    def reset(self, policy: torch.nn.Module, cfg: Config) -> None:
+    def _teacher_args(self) -> tuple:
+        return (self.teacher.spec, self.teacher.ref) if self.teacher is not None else ()
+
+    def reset(self, policy: torch.nn.Module, cfg: Config, teacher: torch.nn.Module | FirstWeights | None = None) -> None:
         """Start over on the same ranks from another policy and config (strategy, LoRA, algorithm
         and optimizer settings may change; the world size and resources per rank may not): a new
-        learner without new processes."""
+        learner without new processes. `teacher`: as the constructor's."""
         dc, had = cfg.distributed, self.cfg.distributed
         shape = lambda d: (d.learner_workers, d.cpus_per_learner, d.gpus_per_learner, d.learner_resources)  # noqa: E731
         if shape(dc) != shape(had):
@@ -183,8 +193,10 @@ class LearnerGroup:
         if problem:
             raise ConfigError(f"distributed.learner_strategy = {dc.learner_strategy!r}: {problem}")
         self.cfg, self.strategy, self.settings = cfg, dc.learner_strategy, UpdateSettings.from_config(cfg)
+        self.entropy_control = EntropyControl.start(cfg.algo)
         self.first = FirstWeights.of(policy, cfg.model.trust_remote_code)
-        self._each("build", self.first.spec, self.first.ref, cfg)
+        self.teacher = teacher_weights(teacher, cfg)
+        self._each("build", self.first.spec, self.first.ref, cfg, *self._teacher_args())
 
     def _get(self, refs: list) -> list:
         """The calls' results, in order. They are taken as they finish: a rank that died (its
@@ -231,6 +243,7 @@ class LearnerGroup:
         the last checkpoint into it."""
         self._abandon()
         self.restarts += 1
+        self.entropy_control = EntropyControl.start(self.cfg.algo)  # as the group first began, too
         try:
             self._start()
         except BaseException:
@@ -264,14 +277,18 @@ class LearnerGroup:
     # ------------------------------------------------------------------ the learner verbs
 
     def update(self, rollouts: Rollouts, advantages_B: torch.Tensor, include_B: torch.Tensor | None) -> dict[str, float]:
-        """One planned update over the ranks; the metrics `rl_update` returns, with its keys."""
-        plan = plan_micro_batches(rollouts, advantages_B, include_B, self.settings)
+        """One planned update over the ranks; the metrics `rl_update` returns, with its keys. Under
+        adaptive entropy control the driver plans with, and sends the ranks, the coefficient of the
+        moment (with an entropy term no zero-advantage row is skipped), then steps it from the
+        merged `loss/entropy`, as LocalLearner does."""
+        settings = self.entropy_control.settings(self.settings)
+        plan = plan_micro_batches(rollouts, advantages_B, include_B, settings)
         cpu = torch.device("cpu")
         plan = dataclasses.replace(plan, include_B=plan.include_B.cpu(), parts=[p.cpu() for p in plan.parts])
         batch = ray.put((rollouts_to_cpu(rollouts), advantages_B.to(cpu), plan))  # once, for every rank
-        results = self._each("update", batch)
+        results = self._each("update", batch, settings if settings is not self.settings else None)
         log = UpdateMetrics.merged([sums for sums, _ in results])
-        return log.summary(self.settings, plan, results[0][1])
+        return self.entropy_control.observe(log.summary(settings, plan, results[0][1]))
 
     def reference_kl(self, rollouts: Rollouts) -> torch.Tensor:
         """(B,) summed per-token KL(policy || reference), each micro-batch on one rank (r, r+W, ...)."""
@@ -294,12 +311,15 @@ class LearnerGroup:
         self._each("load", str(directory))
 
     def trainer_state(self) -> dict[str, Any]:
-        """The scheduler's state (the optimizer's is in the sharded checkpoint save_policy writes)."""
+        """The scheduler's state (the optimizer's is in the sharded checkpoint save_policy writes) and
+        adaptive entropy control's, under LocalLearner's key."""
         return {"scheduler": self._get([self.ranks[0].scheduler_state.remote()])[0],
-                "learner_group": {"world_size": self.world, "strategy": self.strategy}}
+                "learner_group": {"world_size": self.world, "strategy": self.strategy},
+                "entropy_control": self.entropy_control.state()}
 
     def load_trainer_state(self, state: dict[str, Any]) -> None:
         self._each("load_scheduler_state", state["scheduler"])
+        self.entropy_control.load_state(state.get("entropy_control"))
 
     @contextlib.contextmanager
     def evaluation_policy(self) -> Iterator[torch.nn.Module]:
@@ -358,6 +378,27 @@ class LearnerGroup:
             except Exception:  # noqa: BLE001 - a dead rank: nothing left to close there
                 pass
         self._abandon()
+
+
+def teacher_weights_of(cfg: Config, tokenizer, student: torch.nn.Module) -> FirstWeights | None:
+    """On-policy distillation's teacher for learner ranks (None when distill.on_policy_coef is 0): loaded and checked
+    against the student in this process as LocalLearner loads it, put into the object store once (every rank builds
+    its part from there, as it builds the policy); the module itself is dropped."""
+    if cfg.distill.on_policy_coef <= 0:
+        return None
+    from rlvr.sources import load_teacher  # start-up time: only a distillation run reads a run point or directory for a teacher
+
+    return FirstWeights.of(load_teacher(cfg, tokenizer, student, "distill.on_policy_coef"), cfg.model.trust_remote_code)
+
+
+def teacher_weights(teacher: torch.nn.Module | FirstWeights | None, cfg: Config) -> FirstWeights | None:
+    """The on-policy distillation teacher as the ranks start from it, the one distill.on_policy_coef asks for."""
+    if (teacher is not None) != (cfg.distill.on_policy_coef > 0):
+        raise ValueError("LearnerGroup: a teacher goes with distill.on_policy_coef > 0, and only with it "
+                         f"(on_policy_coef = {cfg.distill.on_policy_coef:g}, teacher {'given' if teacher is not None else 'missing'})")
+    if teacher is None or isinstance(teacher, FirstWeights):
+        return teacher
+    return FirstWeights.of(teacher, cfg.model.trust_remote_code)
 
 
 def rollouts_to_cpu(rollouts: Rollouts) -> Rollouts:

@@ -22,7 +22,14 @@ FSDP; exactly the one-process sum taken in rank order under DDP).
 FSDP's gathers and reductions are collectives: every rank must run the same number of forwards
 and backwards, in the same order. A rank with fewer micro-batches than the others pads its share
 with zero-weight forwards of a real row (loss x 0: the same modules run and gather, and every
-gradient they add is exactly 0).
+gradient they add is exactly 0); the no-grad forwards (old log-probs, the top-entropy pass, the
+teacher's) run over the padded share too.
+
+What needs the whole batch gathers it: the top-entropy threshold (algo.top_entropy_quantile) is
+the quantile of every rank's in-loss token entropies (`gather_in_rank_order`), so each rank keeps
+the tokens one process would. On-policy distillation's teacher is built frozen on every rank
+beside the reference (sharded the same way under FSDP), from the copy the driver put in the
+object store.
 """
 
 from __future__ import annotations
@@ -186,6 +193,7 @@ class LearnerRank(StartedActor):
         self.settings = UpdateSettings.from_config(cfg)
         self.joined = False
         self.weight_host, self.weight_group = None, None  # rank 0, when weights reach the rollout workers by collective
+        self.teacher = None  # on-policy distillation's (build)
         try:
             apply_run_settings(cfg, threads)
             if device_type == "cuda":
@@ -216,14 +224,16 @@ class LearnerRank(StartedActor):
 
     # ------------------------------------------------------------------ the learner
 
-    def build(self, spec: PolicySpec, weights: dict, cfg: Config | None = None) -> None:
+    def build(self, spec: PolicySpec, weights: dict, cfg: Config | None = None, teacher_spec: PolicySpec | None = None,
+              teacher_weights: dict | None = None) -> None:
         """The policy (from its spec and `weights`: pack_weights(initial_tensors(policy)), which Ray
         fetches from its object store), its reference, optimizer and scheduler, as LocalLearner
         builds them; with `cfg`, under that config's settings (LearnerGroup.reset), dropping what
-        it held before."""
+        it held before. With `teacher_spec` and `teacher_weights` (on-policy distillation), the
+        frozen teacher, placed as the reference is: sharded under FSDP, whole under DDP."""
         if cfg is not None:
             self.cfg, self.strategy, self.settings = cfg, cfg.distributed.learner_strategy, UpdateSettings.from_config(cfg)
-            self.model = self.policy = self.reference = self.optimizer = self.scheduler = None
+            self.model = self.policy = self.reference = self.teacher = self.optimizer = self.scheduler = None
         cfg, tc = self.cfg, self.cfg.train
         tensors = unpack_weights(weights)  # views of the object store's copy: shared by the node's ranks, not this rank's memory
         # FSDP shards the model while it is on the meta device, then allocates only this rank's
@@ -237,7 +247,7 @@ class LearnerRank(StartedActor):
         if self.strategy == "fsdp":
             from torch.distributed.device_mesh import init_device_mesh
 
-            mesh = init_device_mesh(self.device.type, (self.world,))
+            self.mesh = mesh = init_device_mesh(self.device.type, (self.world,))
             self.policy = shard(self.model, mesh, cfg, self.device)  # the FSDP root: what the update calls
             load_shards(self.model, tensors, self.device)
             if isinstance(reference, AdapterOffReference):
@@ -249,10 +259,21 @@ class LearnerRank(StartedActor):
                 self.reference = None
         else:
             self.policy, self.reference = self.model, reference
+        self.teacher = self._build_teacher(teacher_spec, teacher_weights) if teacher_spec is not None else None
         # After sharding: the optimizer holds (and allocates its moments for) this rank's shards.
         self.optimizer = adamw(self.model, tc.lr, (tc.adam_beta1, tc.adam_beta2), tc.adam_epsilon, tc.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lr_factor(tc.lr_schedule, tc.warmup_steps, tc.steps * cfg.algo.num_iterations))
+
+    def _build_teacher(self, spec: PolicySpec, weights: dict):
+        """The on-policy distillation teacher, frozen (eval mode, no gradients) as load_teacher leaves it."""
+        tensors = unpack_weights(weights)
+        if self.strategy != "fsdp":
+            return build_policy(spec, tensors, str(self.device)).eval().requires_grad_(False)
+        teacher = policy_skeleton(spec, tensors).eval().requires_grad_(False)
+        root = shard(teacher, self.mesh, self.cfg, self.device, frozen=True)  # the policy's mesh (build)
+        load_shards(teacher, tensors, self.device)
+        return root
 
     def share(self, parts: list[torch.Tensor]) -> Share:
         """This rank's micro-batches of a plan (r, r+W, ...) and how it joins the others (module doc)."""
@@ -260,17 +281,23 @@ class LearnerRank(StartedActor):
         if self.world == 1:
             return Share(mine, len(mine))
         if self.strategy == "fsdp":  # as many forwards as the busiest rank: zero-weight ones of a real row fill up
-            return Share(mine, math.ceil(len(parts) / self.world), parts[0][:1] if parts else None, reduce_loss=self.sum_in_rank_order)
-        return Share(mine, len(mine), reduce_gradients=self.sum_gradients, reduce_loss=self.sum_in_rank_order)
+            return Share(mine, math.ceil(len(parts) / self.world), parts[0][:1] if parts else None, reduce_loss=self.sum_in_rank_order,
+                         gather=self.gather_in_rank_order)
+        return Share(mine, len(mine), reduce_gradients=self.sum_gradients, reduce_loss=self.sum_in_rank_order,
+                     gather=self.gather_in_rank_order)
 
-    def update(self, batch: tuple[Rollouts, torch.Tensor, MicroBatchPlan]) -> tuple[UpdateMetrics, float]:
-        """This rank's share of one planned update; returns its metric sums and the learning rate."""
+    def update(self, batch: tuple[Rollouts, torch.Tensor, MicroBatchPlan],
+               settings: UpdateSettings | None = None) -> tuple[UpdateMetrics, float]:
+        """This rank's share of one planned update; returns its metric sums and the learning rate.
+        `settings`: the ones the driver planned with, when they are not the config's (adaptive
+        entropy control applies its coefficient of the moment); None: the config's."""
         fault_point("learner_update")  # the resume tests' SIGKILL: the other ranks then wait in this update's collectives
         rollouts, advantages_B, plan = batch
         rollouts, advantages_B = rollouts_to(rollouts, self.device), advantages_B.to(self.device)
+        settings = settings if settings is not None else self.settings
         with forward_precision(self.cfg, self.device):
-            log = run_update(self.policy, self.optimizer, self.scheduler, rollouts, advantages_B, self.settings, plan,
-                             self.share(plan.parts), reference=self.reference)
+            log = run_update(self.policy, self.optimizer, self.scheduler, rollouts, advantages_B, settings, plan,
+                             self.share(plan.parts), reference=self.reference, teacher=self.teacher)
         return log, self.scheduler.get_last_lr()[0]
 
     def reference_kl(self, rollouts: Rollouts, parts: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -298,6 +325,21 @@ class LearnerRank(StartedActor):
         for other in gathered[1:]:
             total += other
         return total.reshape(value.shape)
+
+    def gather_in_rank_order(self, values: torch.Tensor) -> torch.Tensor:
+        """A 1-D tensor of any length from every rank, concatenated in rank order, the same on every
+        rank (Share.gather). all_gather needs tensors of one size: the lengths go first, then each
+        rank's values padded to the longest."""
+        sizes = [torch.zeros(1, dtype=torch.long, device=values.device) for _ in range(self.world)]
+        dist.all_gather(sizes, torch.tensor([values.numel()], device=values.device))
+        lengths = [int(n) for n in sizes]
+        if max(lengths) == 0:
+            return values
+        padded = torch.zeros(max(lengths), dtype=values.dtype, device=values.device)
+        padded[:values.numel()] = values
+        gathered = [torch.empty_like(padded) for _ in range(self.world)]
+        dist.all_gather(gathered, padded)
+        return torch.cat([g[:n] for g, n in zip(gathered, lengths)])
 
     def sum_gradients(self, params: list[torch.nn.Parameter]) -> None:
         """Every rank's accumulated gradients summed as g_0 + g_1 + ... + g_(W-1), into every rank's.
@@ -415,7 +457,8 @@ class LearnerRank(StartedActor):
         """Bytes this rank holds: its parameters (shards under FSDP) and its optimizer state."""
         state = [t for s in self.optimizer.state.values() for t in s.values() if isinstance(t, torch.Tensor)]
         return {"parameters": local_nbytes(self.model.parameters()), "optimizer": local_nbytes(state),
-                "reference": local_nbytes(self.reference.parameters()) if isinstance(self.reference, torch.nn.Module) else 0}
+                "reference": local_nbytes(self.reference.parameters()) if isinstance(self.reference, torch.nn.Module) else 0,
+                "teacher": local_nbytes(self.teacher.parameters()) if self.teacher is not None else 0}
 
     def run(self, fn: Callable[..., Any], *args, **kwargs) -> Any:
         """fn(this rank, *args, **kwargs): a hook for what the group has no verb for."""

@@ -48,7 +48,7 @@ from rlvr.distributed.workers import (
     rollouts_to_dict, trainable_weights,
 )
 from rlvr.errors import RunStopped, UsageError
-from rlvr.distributed.learner_group import DistributedError, FirstWeights, LearnerGroup
+from rlvr.distributed.learner_group import DistributedError, FirstWeights, LearnerGroup, teacher_weights_of
 from rlvr.learner import Generation, LocalLearner, row_messages
 from rlvr.sharded_checkpoint import is_sharded
 from rlvr.rollout import Rollouts, ToolTrace, concat_rollouts
@@ -164,7 +164,8 @@ class RayLearner:
             # ranks this process keeps no reference to the policy (the pipeline frees its model).
             self.first = FirstWeights.of(policy, cfg.model.trust_remote_code)
             self.policy = None if dc.learner_workers > 0 else policy
-            self.trainer = LearnerGroup(self.first, cfg) if dc.learner_workers > 0 else LocalLearner(policy, tokenizer, cfg)
+            self.trainer = (LearnerGroup(self.first, cfg, teacher=teacher_weights_of(cfg, tokenizer, policy)) if dc.learner_workers > 0
+                            else LocalLearner(policy, tokenizer, cfg))
             self._start_workers()
         except BaseException:
             self.close()

@@ -4,7 +4,12 @@ One resolver (:func:`resolve_reward`) serves training (`rlvr.reward`), the worke
 (`rlvr.verifiers.pool`) and `rlvr audit-reward`, so a function is called the same way in all
 three. A spec is a registered name (`boxed_math`, or a name your module registers with
 ``@rlvr.verifiers.registry.register`` and lists in ``reward.imports``) or an import path
-``module:function`` (a function, an ``async def``, a callable object; ``module:obj.attr`` works).
+``module:function`` (a function, an ``async def``, a callable object; ``module:obj.attr`` works), or
+``reward_model:<where>``: a sequence-classification reward model (a directory, hub id or run;
+:mod:`rlvr.verifiers.reward_model`), a TRL-batched term, or ``judge``: an LLM judge over an
+OpenAI-compatible endpoint, its settings the reward section's ``[reward.judge]``
+(:mod:`rlvr.verifiers.judge`). A reward may say it is learned or judged (a reward model, an LLM
+judge) with ``learned = True`` on its function: :attr:`Reward.learned`.
 
 Two signatures, told apart once, from the parameter names (:func:`is_batched`):
 
@@ -25,7 +30,9 @@ Two signatures, told apart once, from the parameter names (:func:`is_batched`):
 
 A value is a real number (bool, NumPy scalars and one-element tensors included) or, for "this
 function does not score this row", None or NaN (as in TRL). Anything else, an infinity, a raise
-or a list of the wrong length is an *error* for that row, counted and never scored as 0.
+or a list of the wrong length is an *error* for that row, counted and never scored as 0. A batched
+function may return an exception in a row's place to say why that row failed (an LLM judge whose
+server did not answer); a ``TimeoutError``, returned or raised, counts as a timeout (:func:`is_timeout`).
 ``async def`` functions (and callables returning awaitables) are awaited; per-item ones
 concurrently over a batch.
 
@@ -47,7 +54,10 @@ import numbers
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from rlvr.config import ConfigError
+from rlvr.config import ConfigError, RewardConfig
+from rlvr.errors import UsageError
+from rlvr.verifiers.judge import NAME as JUDGE_NAME, Judge, SettingsError, is_judge  # the standard library only
+from rlvr.verifiers.reward_model import NAME as REWARD_MODEL_NAME, is_reward_model, resolve_reward_model  # light: transformers loads in calls
 
 __all__ = [
     "Item",
@@ -58,6 +68,7 @@ __all__ = [
     "example_fields",
     "import_modules",
     "is_batched",
+    "is_timeout",
     "resolve_reward",
     "reward_from_callable",
 ]
@@ -66,7 +77,9 @@ TRL_ARGUMENTS = frozenset({"prompts", "completions", "completion_ids"})
 # TRL never passes these dataset columns as keywords (they are its own arguments or their rows).
 RESERVED_COLUMNS = frozenset({"prompt", "completion", "completion_ids", "prompts", "completions", "answer"})
 # Attributes of a verifier that the worker pool reads (rlvr.verifiers.pool) or the pipeline uses.
-DECLARED = ("time_limit_s", "timeout_score", "warm_up", "check_answer", "preflight", "answer_key")
+# take_counts() -> {counter: n}: what a function counted since the last take (an LLM judge's cache hits,
+# calls, retries), read by the reward term after each batch and logged as reward/<term>/<counter>.
+DECLARED = ("time_limit_s", "timeout_score", "warm_up", "check_answer", "preflight", "answer_key", "take_counts")
 
 
 @dataclass(frozen=True)
@@ -135,13 +148,26 @@ def import_modules(modules: Sequence[str], where: str = "reward.imports") -> Non
             raise ConfigError(f"{where}[{i}]: cannot import {module!r}: {type(err).__name__}: {err}") from None
 
 
-def resolve_reward(spec: str, imports: Sequence[str] = (), where: str = "reward", imports_where: str = "reward.imports") -> Reward:
-    """The reward a spec names: a registered name or ``module:function``. ``imports`` are imported
-    first (their ``@register`` decorators run). Raises ConfigError prefixed with ``where`` (or
+def resolve_reward(spec: str, imports: Sequence[str] = (), where: str = "reward", imports_where: str = "reward.imports",
+                   config: RewardConfig | None = None) -> Reward:
+    """The reward a spec names: ``reward_model:<where>`` (read first), ``judge``, a registered name or
+    ``module:function``. ``imports`` are imported first (their ``@register`` decorators run).
+    ``config``: the reward section whose settings a reward model takes (reward.model_*; the defaults
+    when None), or the judge ([reward.judge]); it travels with the spec to a worker. Raises ConfigError prefixed with ``where`` (or
     ``imports_where[i]`` for a module that does not import)."""
     import_modules(imports, imports_where)
     module_name, colon, attr = (part.strip() for part in spec.partition(":"))
-    if colon:
+    if is_reward_model(spec):  # before the module:function parse: a module named reward_model is shadowed
+        try:
+            fn, name = resolve_reward_model(spec, where, config), REWARD_MODEL_NAME
+        except UsageError as err:  # the module sits below the config: its errors become the config's here
+            raise ConfigError(str(err)) from None
+    elif is_judge(spec):  # its settings are the reward section's [reward.judge], which travels with the spec to a worker
+        try:
+            fn, name = Judge((config if config is not None else RewardConfig()).judge, where=where), JUDGE_NAME
+        except SettingsError as err:
+            raise ConfigError(str(err)) from None
+    elif colon:
         try:
             fn = functools.reduce(getattr, attr.split("."), importlib.import_module(module_name))
         except (ImportError, AttributeError) as err:
@@ -161,12 +187,13 @@ def resolve_reward(spec: str, imports: Sequence[str] = (), where: str = "reward"
     if not callable(fn):
         raise ConfigError(f"{where}: {spec!r} is not callable")
     try:
-        return reward_from_callable(fn, name, spec=spec, imports=tuple(imports))
+        return reward_from_callable(fn, name, spec=spec, imports=tuple(imports), config=config)
     except TypeError as err:
         raise ConfigError(f"{where}: {spec!r} {err}") from None
 
 
-def reward_from_callable(fn: Callable[..., Any], name: str | None = None, *, spec: str | None = None, imports: tuple[str, ...] = ()) -> Reward:
+def reward_from_callable(fn: Callable[..., Any], name: str | None = None, *, spec: str | None = None, imports: tuple[str, ...] = (),
+                         config: RewardConfig | None = None) -> Reward:
     """A :class:`Reward` for a function already in hand (TypeError if its signature is neither)."""
     batched = is_batched(fn)
     closed, fills = frozenset(), frozenset()
@@ -179,7 +206,7 @@ def reward_from_callable(fn: Callable[..., Any], name: str | None = None, *, spe
         named = [p for p in params if p.name not in positional and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
         closed = frozenset(positional) | {p.name for p in named if p.default is not p.empty}
         fills = None if any(p.kind == p.VAR_KEYWORD for p in params) else frozenset(p.name for p in named if p.default is p.empty)
-    return Reward(fn, batched, name or getattr(fn, "__name__", type(fn).__name__), spec, imports, closed, fills)
+    return Reward(fn, batched, name or getattr(fn, "__name__", type(fn).__name__), spec, imports, closed, fills, config)
 
 
 @dataclass(frozen=True)
@@ -194,11 +221,18 @@ class Reward:
     imports: tuple[str, ...] = ()
     closed: frozenset[str] = frozenset()  # per item: (completion, answer) and settings (defaults): never from data
     fills: frozenset[str] | None = frozenset()  # per item: the parameters filled from fields; None = any (**kwargs)
+    config: RewardConfig | None = field(default=None, compare=False, repr=False)  # the reward section it was resolved under (resolve_reward)
 
     def __reduce__(self) -> tuple:
         if self.spec is not None:
-            return resolve_reward, (self.spec, self.imports)
+            return resolve_reward, (self.spec, self.imports, "reward", "reward.imports", self.config)
         return reward_from_callable, (self.fn, self.name)
+
+    @property
+    def learned(self) -> bool:
+        """A learned or judged reward (a reward model, an LLM judge), as its function says with
+        ``learned = True``: the hack monitor watches it against the verifier (hack/<term>/wrong_over_right)."""
+        return bool(getattr(self.fn, "learned", False))
 
     def __getattr__(self, name: str) -> Any:
         if name in DECLARED:  # what the verifier declares, read through the reward
@@ -310,9 +344,14 @@ def run_awaitable(awaitable: Any) -> Any:
 
 
 def _as_rewards(raw: list[Any], errors: list[str | None]) -> tuple[list[float | None], list[str | None]]:
-    """Each row's value through :func:`as_reward`; a value that is not a reward is that row's error."""
+    """Each row's value through :func:`as_reward`; a value that is not a reward is that row's error, and
+    an exception in a row's place is that row's error as it says (a TimeoutError: a timeout)."""
     values: list[float | None] = []
     for i, value in enumerate(raw):
+        if isinstance(value, BaseException) and not errors[i]:
+            values.append(None)
+            errors[i] = _describe(value)
+            continue
         try:
             values.append(None if errors[i] else as_reward(value))
         except (TypeError, ValueError) as err:
@@ -325,5 +364,19 @@ async def _gather(awaitables: list[Any]) -> list[Any]:
     return await asyncio.gather(*awaitables, return_exceptions=True)
 
 
-def _describe(err: BaseException) -> str:
-    return f"{type(err).__name__}: {err}"[:300]
+class RowError(str):
+    """A row's error message (a str), which remembers whether the row timed out (:func:`is_timeout`)."""
+
+    timeout: bool = False
+
+
+def is_timeout(error: str | None) -> bool:
+    """Whether a row's error from :meth:`Reward.call_batch` or :meth:`Reward.score_items` is a timeout: the
+    function raised or returned a ``TimeoutError`` for the row (``reward/<term>/timeouts``, not ``/errors``)."""
+    return bool(getattr(error, "timeout", False))
+
+
+def _describe(err: BaseException) -> RowError:
+    message = RowError(f"{type(err).__name__}: {err}"[:300])
+    message.timeout = isinstance(err, TimeoutError)
+    return message
