@@ -342,6 +342,51 @@ def test_a_reward_worker_runs_the_sandboxed_code_verifier_on_another_node(cluste
     assert not Path("/tmp/pwned").exists()
 
 
+def test_a_reward_worker_scores_a_reward_model_and_a_judge_as_the_driver_does(cluster, tmp_path):
+    """reward.functions with a reward model (a directory the test writes) and an LLM judge (a server in this test): a
+    reward worker in its own process resolves both from the config it is given and scores exactly what the driver's
+    terms score, a judge failure a missing reward there too."""
+    import threading
+
+    from test_judge import FakeJudge
+    from test_reward_model import write_reward_model
+    from rlvr.distributed.workers import RewardWorker, rollouts_to_dict
+    from rlvr.data import Example
+    from rlvr.reward import build_reward_terms, close_reward_terms, score_completions
+    from rlvr.rollout import Rollouts
+
+    judge = FakeJudge()
+    threading.Thread(target=judge.serve_forever, daemon=True).start()
+    rm = write_reward_model(tmp_path / "rm")
+    cfg = load_config(overrides=[f'reward.functions=["boxed_math", "reward_model:{rm}", "judge"]', "reward.weights=[1.0, 0.1, 0.5]",
+                                 f'reward.judge.url="{judge.url}"', 'reward.judge.model="j"', 'reward.judge.rubric="{completion}"',
+                                 "reward.judge.scale=[0.0, 10.0]", "reward.judge.retries=0", "reward.judge.timeout_s=1.0"])
+    texts = ["\\boxed{4} say: 9", "\\boxed{5} say: 1", "\\boxed{4} BADJSON"]
+    n = len(texts)
+    examples = [Example("2+2=", "4")] * n
+    rollouts = Rollouts(torch.ones(n, 1, dtype=torch.long), torch.ones(n, 1, dtype=torch.long), torch.ones(n, 2, dtype=torch.long),
+                        torch.ones(n, 2, dtype=torch.long), torch.zeros(n, dtype=torch.bool), 0.0)
+    terms = build_reward_terms(cfg.reward)
+    try:
+        here = score_completions(terms, cfg.reward, ["2+2="] * n, texts, examples, [2] * n, 8)
+    finally:
+        close_reward_terms(terms)
+    ray.init(address=cluster.address, include_dashboard=False, logging_level="ERROR")
+    try:
+        worker = ray.remote(RewardWorker).options(resources={"rollout": 1}).remote(cfg)
+        out = ray.get(worker.score.remote({"rollouts": rollouts_to_dict(rollouts), "texts": texts}, ["2+2="] * n, examples, None), timeout=180)
+        ray.get(worker.close.remote())
+    finally:
+        ray.shutdown()
+        judge.shutdown()
+        judge.server_close()
+    there = out["scores"]
+    assert out["pid"] != os.getpid()
+    assert there.terms["reward_model"].values == pytest.approx(here.terms["reward_model"].values, rel=1e-5, abs=1e-6)
+    assert there.terms["judge"].values[:2] == pytest.approx([0.9, 0.1]) and there.terms["judge"].values[2] is None
+    assert torch.isnan(there.total_B[2]) and there.total_B[:2].tolist() == pytest.approx(here.total_B[:2].tolist(), rel=1e-5, abs=1e-6)
+
+
 def test_a_worker_whose_set_up_fails_reports_the_error_itself(cluster):
     """A reward function a worker's node cannot build is a ConfigError there too, not 'the actor died'."""
     from rlvr.config import ConfigError
