@@ -1014,6 +1014,17 @@ class Config:
         )
         _require(self.algo.pass_at_k <= self.rollout.group_size, "algo.pass_at_k",
                  f"= {self.algo.pass_at_k} needs at least that many samples per prompt (rollout.group_size = {self.rollout.group_size})")
+        if self.distill.on_policy_coef > 0:  # the teacher's term is per token: settings that cannot carry it are refused
+            _require(self.algo.ratio_level == "token", "algo.ratio_level",
+                     "= 'sequence' (GSPO) gives every token of a completion one ratio, so the teacher's per-token advantages "
+                     "would push every token alike: use algo.ratio_level = 'token' with distill.on_policy_coef > 0")
+            pure = self.distill.verifier_advantage == 0
+            _require(not (pure and self.algo.dynamic_sampling), "algo.dynamic_sampling",
+                     "drops groups whose verifier scores are all equal, but with distill.verifier_advantage = 0 the teacher teaches "
+                     "every completion: set algo.dynamic_sampling = false")
+            _require(not (pure and self.algo.beta > 0 and self.algo.kl_in == "reward"), "algo.kl_in",
+                     "= 'reward' subtracts the KL from the rewards, which distill.verifier_advantage = 0 leaves out of the "
+                     "advantages: use algo.kl_in = 'loss'")
         _require(
             not (self.rollout.multi_turn and self.distributed.backend == "ray" and self.distributed.mode == "async"
                  and self.distributed.max_staleness > 0), "distributed.mode",

@@ -80,7 +80,9 @@ def entropy_collapse(records: list[dict], cfg: Config | None) -> Verdict | None:
     return Verdict("entropy collapsing while reward is flat",
                    f"rollout/entropy {h0:.3f} ({_steps(records, first)}) -> {h1:.3f} ({_steps(records, last)}); reward/mean "
                    f"{r0:.3f} -> {r1:.3f}",
-                   "clip-higher (DAPO): a larger upper clip lets unlikely tokens gain probability (algo.clip_high = 0.28)")
+                   "clip-higher (DAPO): a larger upper clip lets unlikely tokens gain probability (algo.clip_high = 0.28); or "
+                   "adaptive entropy control (Skywork-OR1), an entropy bonus that acts only while entropy is below a target "
+                   "(algo.entropy_adaptive = true, algo.entropy_target = the entropy to hold)")
 
 
 def length_drift(records: list[dict], cfg: Config | None) -> Verdict | None:

@@ -129,7 +129,8 @@ def load_teacher(cfg: Config, tokenizer, student, setting: str = "distill.kl_coe
     errors): it must share the student's tokenizer and output width (the terms compare the same tokens, position
     by position)."""
     teacher, teacher_tokenizer = resolve_model(cfg.distill.teacher, "distill.teacher").load(cfg.run.dtype, str(next(student.parameters()).device))
-    fix = f"; set {setting} = 0 to distill by SFT on the teacher's verified traces alone"
+    fix = (f"; set {setting} = 0 to distill by SFT on the teacher's verified traces alone" if setting == "distill.kl_coef" else
+           "; distill by SFT on the teacher's verified traces instead (`rlvr distill` without --on-policy), which needs no shared tokenizer")
     if teacher_tokenizer.get_vocab() != tokenizer.get_vocab():
         raise ConfigError(
             f"{setting}: the token-level term needs teacher and student to share a tokenizer, but {cfg.distill.teacher}'s "

@@ -432,3 +432,23 @@ def test_module_doctest_examples_hold():
     import doctest
 
     assert doctest.testmod(judge_module).failed == 0
+
+
+def test_a_server_that_stops_answering_costs_one_waves_timeouts_not_the_batchs(server):
+    """After `concurrency` rows timed out on every try, the rest of the batch is not asked: missing, counted as timeouts."""
+    judge = Judge(settings(server, timeout_s=0.3, retries=0, concurrency=2))
+    t0 = time.perf_counter()
+    values = ask(judge, [f"SLOW {i}" for i in range(8)])
+    assert all(isinstance(v, TimeoutError) for v in values)
+    assert sum("not asked" in str(v) for v in values) >= 4
+    assert time.perf_counter() - t0 < 8 * 0.3  # not one timeout per row
+
+
+def test_a_cache_that_cannot_be_written_keeps_the_replies_in_memory(server, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    judge = Judge(settings(server, cache=str(blocker / "cache.jsonl")))  # a directory under a file: every append fails
+    with pytest.warns(UserWarning, match="kept in memory"):
+        assert ask(judge, ["say: 6"]) == [pytest.approx(0.6)]
+    server.reset()
+    assert ask(judge, ["say: 6"]) == [pytest.approx(0.6)] and not server.bodies  # answered from memory

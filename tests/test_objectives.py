@@ -419,3 +419,21 @@ def test_on_policy_distillation_settings_are_refused_where_they_cannot_work():
         load_config(overrides=["distill.on_policy_coef=1.0"])  # no teacher
     with pytest.raises(ConfigError, match="distill.verifier_advantage"):
         load_config(overrides=["distill.verifier_advantage=-1"])
+
+
+def test_on_policy_distillation_refuses_settings_that_would_drop_or_blur_the_teachers_tokens():
+    teacher = ['distill.on_policy_coef=1.0', 'distill.teacher="runs/t"']
+    with pytest.raises(ConfigError, match="algo.ratio_level"):
+        load_config(overrides=[*teacher, 'algo.ratio_level="sequence"'])
+    with pytest.raises(ConfigError, match="algo.dynamic_sampling"):
+        load_config(overrides=[*teacher, "distill.verifier_advantage=0", "algo.dynamic_sampling=true"])
+    with pytest.raises(ConfigError, match="algo.kl_in"):
+        load_config(overrides=[*teacher, "distill.verifier_advantage=0", "algo.beta=0.04", 'algo.kl_in="reward"'])
+    load_config(overrides=[*teacher, "algo.dynamic_sampling=true"])  # beside verifier advantages, filtering groups is the user's choice
+
+
+def test_a_token_the_teacher_rules_out_gives_a_bounded_advantage():
+    from rlvr.algorithms import distillation_advantages
+
+    out = distillation_advantages(torch.tensor([[float("-inf"), -1.0]]), torch.tensor([[-0.5, -1.0]]), torch.tensor([[1, 1]]), 1.0)
+    assert out.tolist() == [[-20.0, 0.0]]

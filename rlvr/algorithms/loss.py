@@ -230,7 +230,9 @@ def distillation_advantages(teacher_logp_BT: torch.Tensor, student_logp_BT: torc
     >>> distillation_advantages(torch.tensor([[-0.5, -2.0, 0.0]]), torch.tensor([[-1.0, -1.0, -3.0]]), torch.tensor([[1, 1, 0]]), 2.0)
     tensor([[ 1., -2.,  0.]])
     """
-    return torch.where(mask_BT.bool(), coef * (teacher_logp_BT - student_logp_BT), torch.zeros_like(teacher_logp_BT))
+    # clamped as KL estimates are (kl_estimate): a token the teacher gives probability 0 would make the loss infinite
+    gap_BT = (teacher_logp_BT - student_logp_BT).clamp(-20.0, 20.0)
+    return torch.where(mask_BT.bool(), coef * gap_BT, torch.zeros_like(teacher_logp_BT))
 
 
 def off_policy_sequence_mask(logp_BT: torch.Tensor, sample_logp_BT: torch.Tensor, mask_BT: torch.Tensor, advantages_B: torch.Tensor,

@@ -41,8 +41,11 @@ def run_on_policy_distill(teacher_spec: str, student: str, overrides: list[str],
     model) and `overrides`; then both evaluated side by side."""
     teacher = resolve_model(teacher_spec, "--teacher")
     out_dir = new_run_dir("distill", out).resolve()  # resolved: the paths its config records must not depend on how a rerun spells --out
+    # The teacher run's algorithm settings come along; those that would drop or blur the teacher's per-token signal are
+    # set to what carries it (a DAPO run's dynamic sampling, GSPO's sequence ratio, KL in the reward); an override wins.
+    carried = ["algo.dynamic_sampling=false", 'algo.ratio_level="token"', 'algo.kl_in="loss"']
     base = eval_config(teacher, None, [f"distill.teacher={json.dumps(teacher_spec)}", "distill.on_policy_coef=1.0",
-                                       "distill.verifier_advantage=0.0", *overrides])
+                                       "distill.verifier_advantage=0.0", *carried, *overrides])
     if base.train.steps == 0:
         raise ConfigError("train.steps: is 0 (the teacher's config trained no RL), but the RL loop is how on-policy distillation "
                           "trains; give its length, e.g. train.steps=250")

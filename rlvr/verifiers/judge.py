@@ -39,6 +39,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -196,6 +197,7 @@ class ReplyCache:
         self.replies: dict[str, str] = {}
         self.lock = threading.Lock()
         self.torn = False  # the file does not end with a newline: the next line starts on a new one
+        self.write_failed = False  # an append failed (warned once): replies are kept in memory only
         if self.path is not None and self.path.exists():
             raw = self.path.read_bytes()
             for line in raw.splitlines():
@@ -219,12 +221,17 @@ class ReplyCache:
             self.replies[key] = reply
             if self.torn:
                 line, self.torn = "\n" + line, False
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             try:
-                os.write(fd, line.encode("utf-8"))  # one append: processes sharing the file (Ray's reward workers) do not interleave lines
-            finally:
-                os.close(fd)
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                try:
+                    os.write(fd, line.encode("utf-8"))  # one append: processes sharing the file (Ray's reward workers) do not interleave lines
+                finally:
+                    os.close(fd)
+            except OSError as err:  # a reply in hand is never lost to the disk: kept in memory, the run goes on
+                if not self.write_failed:
+                    warnings.warn(f"reward.judge.cache: cannot append to {self.path} ({err}); replies are kept in memory only")
+                self.write_failed = True
 
 
 def request_key(body: dict[str, Any]) -> str:
@@ -277,8 +284,21 @@ class Judge:
                 replies[key] = cached
         asked = [key for key in keys if key not in replies]
         if asked:
+            # A server that takes connections but never answers would cost (retries + 1) x timeout_s per row, wave after
+            # wave: once a whole wave's worth of rows (concurrency) has timed out on every try, the rest are not asked.
+            timed_out, limit = [0], self.settings.concurrency
+
+            def ask(key: str) -> str | Exception:
+                if timed_out[0] >= limit:
+                    return JudgeTimeout(f"not asked: {timed_out[0]} rows of this batch got no reply from {self.endpoint} in time")
+                reply = self._ask_safely(keys[key])
+                if isinstance(reply, JudgeTimeout):
+                    with self.lock:
+                        timed_out[0] += 1
+                return reply
+
             with ThreadPoolExecutor(min(self.settings.concurrency, len(asked)), thread_name_prefix="judge") as pool:
-                for key, reply in zip(asked, pool.map(lambda k: self._ask_safely(keys[k]), asked)):
+                for key, reply in zip(asked, pool.map(ask, asked)):
                     replies[key] = reply
                     if isinstance(reply, str):
                         self.cache.put(key, reply)
