@@ -331,3 +331,10 @@ def test_module_doctest_examples_hold(module):
 
     result = doctest.testmod(importlib.import_module(module))
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_an_empty_row_is_not_scored_and_a_long_setting_is_held_to_the_models_positions(rm):
+    model, tokenizer = rm.fn.loaded()
+    scores = score_texts(model, tokenizer, ["", "1+1=2"], max_length=10**6)  # above the model's 256 positions: clamped, no index error
+    assert scores[0] is None and isinstance(scores[1], float)
+    assert score_texts(model, tokenizer, ["9" * 600], max_length=10**6)[0] == pytest.approx(score_texts(model, tokenizer, ["9" * 600])[0])

@@ -69,7 +69,7 @@ class RewardModel:
         self.source, self.trust_remote_code = source, trust_remote_code
         self.batch_size, self.max_length, self.device, self.dtype = batch_size, max_length, device, dtype
 
-    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **columns: Any) -> list[float]:
+    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **columns: Any) -> list[float | None]:
         model, tokenizer = self.loaded()
         texts = [input_text(tokenizer, p, c) for p, c in zip(prompts, completions)]
         return score_texts(model, tokenizer, texts, self.batch_size, self.max_length)
@@ -206,17 +206,18 @@ def input_text(tokenizer: Any, prompt: Any, completion: Any) -> str:
 
 
 def max_length_of(model: Any, tokenizer: Any, max_length: int = 0) -> int | None:
-    """`max_length` when > 0, else the smaller of the model's position limit and its tokenizer's (None: neither has one)."""
-    if max_length > 0:
-        return max_length
+    """The smaller of the model's position limit and its tokenizer's (None: neither has one), and of `max_length`
+    when > 0 (a setting above what the model can read would index past its positions)."""
     limits = [getattr(model.config, "max_position_embeddings", None), getattr(tokenizer, "model_max_length", None)]
     limits = [int(x) for x in limits if isinstance(x, int) and 0 < x < 10**7]  # tokenizers without a limit say ~1e30
+    if max_length > 0:
+        limits.append(max_length)
     return min(limits) if limits else None
 
 
-def score_texts(model: Any, tokenizer: Any, texts: Sequence[str], batch_size: int = 16, max_length: int = 0) -> list[float]:
+def score_texts(model: Any, tokenizer: Any, texts: Sequence[str], batch_size: int = 16, max_length: int = 0) -> list[float | None]:
     """logits[:, 0] of each text, in micro-batches of `batch_size` rows (longest first, right-padded).
-    A text over the limit (`max_length_of`) keeps its last tokens."""
+    A text over the limit (`max_length_of`) keeps its last tokens; one of no tokens is None (not scored)."""
     import torch
 
     if not texts:
@@ -226,8 +227,9 @@ def score_texts(model: Any, tokenizer: Any, texts: Sequence[str], batch_size: in
     ids = [row[-limit:] if limit is not None and len(row) > limit else row for row in ids]
     pad_id = model.config.pad_token_id
     device = next(model.parameters()).device
-    order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))  # similar lengths share a micro-batch: little padding
-    scores = [0.0] * len(ids)
+    # similar lengths share a micro-batch: little padding; a row of no tokens has nothing to judge and is not scored
+    order = sorted((i for i in range(len(ids)) if ids[i]), key=lambda i: -len(ids[i]))
+    scores: list[float | None] = [None] * len(ids)
     with torch.inference_mode(), torch.autocast(device.type, enabled=False):
         for start in range(0, len(order), batch_size):
             rows = order[start:start + batch_size]
