@@ -17,7 +17,7 @@ from rlvr.metrics import PhaseBar, Reporter, read_jsonl_records
 from rlvr.models import build_char_tokenizer, build_tiny_model
 from rlvr.pipeline import run
 from rlvr.reward import RewardTerm
-from rlvr.stages.estimators import maj_at_k, pass_at_k
+from rlvr.stages.estimators import LEDGER_CLASSES, discovery_class, discovery_ledger, maj_at_k, pass_at_k
 from rlvr.stages.evaluate import evaluate
 from rlvr.tasks.arithmetic import make_splits
 from rlvr.verifiers.math import answer_key, boxed_math
@@ -183,6 +183,31 @@ def test_rlvr_eval_compares_a_run_with_its_start_on_the_same_problems(toy_run, t
     # the run's own final evaluation used the same seed and settings but N = 2: greedy accuracy agrees
     assert summary["models"]["model"]["accuracy"] == json.loads((toy_run / "summary.json").read_text())["eval"]["after_rl"]["accuracy"]
     assert (out / "pass_at_k.png").stat().st_size > 0
+    # the discovery ledger: one class per problem, counts that add up, each class what the two sample files say
+    ledger, rows = summary["ledger"], read_jsonl_records(out / "ledger.jsonl")
+    assert ledger["problems"] == len(rows) == 24 and sum(ledger["counts"].values()) == 24 and ledger["samples_per_model"] == 96
+    assert sum(sum(level.values()) for level in ledger["by_level"].values()) == 24
+    solved = {label: [0] * 24 for label in ("model", "compare")}
+    for label in solved:
+        for r in read_jsonl_records(out / f"eval_{label}_samples.jsonl"):
+            solved[label][r["problem"]] += r["reward"] == 1.0
+    for row in rows:
+        s, e = solved["compare"][row["problem"]], solved["model"][row["problem"]]
+        assert row["class"] == discovery_class(s, e) and row["start_pass@4"] == float(s > 0) and row["end_pass@1"] == e / 4
+
+
+def test_the_ledger_classes_on_verdict_matrices_with_known_answers():
+    # 5 problems x N = 4 samples, solved counts start / end, and what each must be called
+    start, end = [0, 0, 3, 1, 2, 4], [2, 0, 4, 0, 2, 1]
+    ledger = discovery_ledger(start, end, 4, ["1", "1", "2", "2", "3", "3"])
+    assert ledger["classes"] == ["discovered", "unsolved", "sharpened", "lost", "unchanged", "blunted"]
+    assert ledger["by_level"] == {"1": {**dict.fromkeys(LEDGER_CLASSES, 0), "discovered": 1, "unsolved": 1},
+                                  "2": {**dict.fromkeys(LEDGER_CLASSES, 0), "sharpened": 1, "lost": 1},
+                                  "3": {**dict.fromkeys(LEDGER_CLASSES, 0), "unchanged": 1, "blunted": 1}}
+    with pytest.raises(ValueError, match="0..n"):
+        discovery_ledger([5], [0], 4, ["1"])
+    with pytest.raises(ValueError, match="same problems"):
+        discovery_ledger([1, 2], [0], 4, ["1", "1"])
 
 
 def test_rlvr_eval_refuses_k_above_samples_and_names_what_a_run_lacks(toy_run, tmp_path):

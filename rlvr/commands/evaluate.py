@@ -8,7 +8,9 @@ optionally beside a second model on the same problems with the same random numbe
 
 Writes into --out: eval_<label>.jsonl (greedy completions with verdicts), eval_<label>_samples.jsonl
 (every sampled completion with its verdict and the answer it votes for), summary.json and
-pass_at_k.png (pass@k and maj@k against k, one colour per model).
+pass_at_k.png (pass@k and maj@k against k, one colour per model); with --compare and samples, the
+discovery ledger (`ledger` in summary.json, ledger.jsonl: each problem discovered, sharpened, unchanged,
+blunted, lost or unsolved from the compared start to the model).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from rlvr.models import resolve_device
 from rlvr.reward import answer_check, build_reward_terms, close_reward_terms, correctness_name, correctness_term, other_terms
 from rlvr.runtime import apply_run_settings, check_engine, evaluation_options, forward_precision, new_run_dir
 from rlvr.sources import ModelSource, resolve_model
+from rlvr.stages.estimators import LEDGER_CLASSES, discovery_ledger
 from rlvr.stages.evaluate import EvalResult, evaluate, num_batches, percent, write_eval
 from rlvr.tasks import load_splits, task_for
 
@@ -109,14 +112,52 @@ def run_eval(spec: str, overrides: list[str], reporter: Reporter, *, config_path
                      "max_new_tokens": cfg.eval.max_new_tokens, "seed": cfg.run.seed, "correctness": correctness_name(cfg.reward)},
         "models": {label: {"source": src.description, **results[label].summary()} for label, src in (("model", source), ("compare", other)) if src},
     }
+    if other is not None and cfg.eval.samples:  # which problems RL moved, and how: --compare is the start
+        ledger = ledger_of(results["compare"], results["model"], problems)
+        atomic_write_text(out_dir / "ledger.jsonl", "".join(json.dumps(row) + "\n" for row in ledger.pop("rows")))
+        summary["ledger"] = ledger
     atomic_write_text(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
     if cfg.eval.samples:
         title = f"{len(problems)} problems, N = {cfg.eval.samples} samples at T = {cfg.eval.temperature} ({where})"
         plot_pass_at_k({f"{label} ({src.spec})": summary["models"][label] for label, src in (("model", source), ("compare", other)) if src},
                        out_dir / "pass_at_k.png", title)
     reporter.print(comparison_table(results, {"model": source, "compare": other}))
+    if "ledger" in summary:
+        reporter.print(ledger_table(summary["ledger"], other.spec, source.spec))  # type: ignore[union-attr]
     reporter.print(f"written to [bold]{out_dir}[/]")
     return summary
+
+
+def ledger_of(start: EvalResult, end: EvalResult, problems: list[Example]) -> dict:
+    """The discovery ledger of two evaluations of the same problems with the same N (rlvr.stages.estimators), with
+    one row per problem: the start's pass@1 and pass@N, the end's, and the class."""
+    n = start.samples_per_problem
+
+    def solved(result: EvalResult) -> list[int]:
+        counts = [0] * len(problems)
+        for row in result.sampled_rows:
+            counts[row["problem"]] += row["reward"] == 1.0  # a missing verdict counts as wrong, as in pass@k
+        return counts
+
+    s, e = solved(start), solved(end)
+    ledger = discovery_ledger(s, e, n, [str(p.level) for p in problems])
+    ledger["rows"] = [{"problem": i, "level": p.level, "prompt": p.prompt, "start_pass@1": s[i] / n, f"start_pass@{n}": float(s[i] > 0),
+                       "end_pass@1": e[i] / n, f"end_pass@{n}": float(e[i] > 0), "class": cls}
+                      for i, (p, cls) in enumerate(zip(problems, ledger.pop("classes")))]
+    return ledger
+
+
+def ledger_table(ledger: dict, start: str, end: str) -> Table:
+    """Problems per class, overall and per level."""
+    n = ledger["samples_per_problem"]
+    table = Table(title=f"discovery ledger: {start} -> {end}, {n} samples per problem each ({ledger['samples_per_model']} per model); "
+                        f"discovered = never solved by the start in {n}, solved after")
+    table.add_column("level")
+    for cls in LEDGER_CLASSES:
+        table.add_column(cls, justify="right")
+    for level, counts in [*ledger["by_level"].items(), ("all", ledger["counts"])]:
+        table.add_row(level, *[str(counts[c]) for c in LEDGER_CLASSES])
+    return table
 
 
 def comparison_table(results: dict[str, EvalResult], sources: dict[str, ModelSource | None]) -> Table:

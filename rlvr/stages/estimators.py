@@ -164,3 +164,44 @@ def default_ks(n: int) -> list[int]:
         raise ValueError(f"default ks need n >= 1 samples per problem, got n = {n}")
     ks = [1 << power for power in range(n.bit_length())]
     return ks if ks[-1] == n else ks + [n]
+
+
+# The discovery ledger: what RL did to each held-out problem, from N samples of the start and N of the end.
+LEDGER_CLASSES = ("discovered", "sharpened", "unchanged", "blunted", "lost", "unsolved")
+
+
+def discovery_class(start_solved: int, end_solved: int) -> str:
+    """One problem's class from how many of the same number N of samples the start and the end solved:
+    discovered (the start never solved it in N samples, the end does), lost (the reverse), unsolved (neither),
+    and where both solve it, sharpened / unchanged / blunted as the end's pass@1 (its solved share) is above,
+    equal to or below the start's. "Did RL find new solutions, or only make the old ones likelier?" is
+    discovered against sharpened.
+
+    >>> [discovery_class(s, e) for s, e in [(0, 3), (2, 5), (2, 2), (5, 2), (4, 0), (0, 0)]]
+    ['discovered', 'sharpened', 'unchanged', 'blunted', 'lost', 'unsolved']
+    """
+    if start_solved == 0:
+        return "discovered" if end_solved else "unsolved"
+    if end_solved == 0:
+        return "lost"
+    return "sharpened" if end_solved > start_solved else "blunted" if end_solved < start_solved else "unchanged"
+
+
+def discovery_ledger(start_solved: Sequence[int], end_solved: Sequence[int], n: int, levels: Sequence[str]) -> dict:
+    """Each problem's class (`discovery_class`), and the counts over the problem set and per level; the counts
+    add up to the number of problems. `n`: samples per problem of each model (what the ledger cost: n x problems
+    samples per model).
+
+    >>> discovery_ledger([0, 2, 0], [1, 4, 0], 4, ["1", "1", "2"])["counts"]
+    {'discovered': 1, 'sharpened': 1, 'unchanged': 0, 'blunted': 0, 'lost': 0, 'unsolved': 1}
+    """
+    if len(start_solved) != len(end_solved) or len(levels) != len(start_solved):
+        raise ValueError(f"the ledger compares the same problems: {len(start_solved)} start, {len(end_solved)} end, {len(levels)} levels")
+    if any(not 0 <= c <= n for c in [*start_solved, *end_solved]):
+        raise ValueError(f"solved counts must be within 0..n = {n}")
+    classes = [discovery_class(s, e) for s, e in zip(start_solved, end_solved)]
+    by_level: dict[str, dict[str, int]] = {}
+    for level, cls in zip(levels, classes):
+        by_level.setdefault(str(level), dict.fromkeys(LEDGER_CLASSES, 0))[cls] += 1
+    return {"samples_per_problem": n, "problems": len(classes), "samples_per_model": n * len(classes),
+            "counts": {c: classes.count(c) for c in LEDGER_CLASSES}, "by_level": dict(sorted(by_level.items())), "classes": classes}
