@@ -1,4 +1,4 @@
-"""The `rlvr` command: lab | train | eval | rft | distill | recipe | export | import-gguf | serve | report | doctor | config | audit-reward.
+"""The `rlvr` command: lab | train | eval | rft | distill | recipe | export | import-gguf | serve | report | doctor | config | audit-reward | data-check.
 
     rlvr lab                           the built-in CPU lab with its defaults
     rlvr lab algo.beta=0.04            ... with any field overridden by dotted key
@@ -210,6 +210,39 @@ def export(
         console.print(f"[red]error:[/] {markup_escape(str(err))}")
         raise typer.Exit(EXIT_USAGE) from None
     console.print(f"[green]exported[/] {source} -> {out_dir}")
+
+
+@app.command("data-check")
+def data_check_command(
+    config: Optional[str] = typer.Argument(None, help="TOML config file (omit: the lab's task)."),
+    overrides: Optional[list[str]] = OVERRIDES,
+    max_overlap: float = typer.Option(0.0, help="Largest share of held-out prompts also in training (normalised)."),
+    max_gold_in_prompt: float = typer.Option(0.5, help="Largest share of rows whose gold answer stands in their own prompt (arithmetic's "
+                                             "small numbers recur as operands: the lab has 30%; set it lower for text tasks)."),
+    max_unmatchable: float = typer.Option(0.0, help="Largest share of rows whose gold the correctness term cannot match."),
+    max_majority: float = typer.Option(0.2, help="Largest held-out share of the most common gold answer."),
+    max_duplicates: float = typer.Option(0.0, help="Largest share of held-out prompts that repeat an earlier one (training's are reported)."),
+) -> None:
+    """Train/held-out overlap, golds in their own prompt, unmatchable golds, the majority-answer baseline, duplicates,
+    rows per level and source; exit 1 above a threshold."""
+    import json
+
+    from rlvr.data_check import Thresholds, data_report, failures
+    from rlvr.reward import answer_check, route_of
+    from rlvr.tasks import load_splits
+
+    with exit_codes():
+        cfg = load_config(config, overrides or [], for_training=False)
+        train, held_out = load_splits(cfg)
+        check = answer_check(cfg.reward)
+        report = data_report(train, held_out, (lambda e: check(e.answer, route_of(e, cfg.reward.route_field))) if check else None)
+        console.print_json(json.dumps(report))
+        failed = failures(report, Thresholds(max_overlap, max_gold_in_prompt, max_unmatchable, max_majority, max_duplicates))
+        for line in failed:
+            console.print(f"[red]data-check:[/] {markup_escape(line)}")
+        if failed:
+            raise typer.Exit(1)
+        console.print("data-check: every share within its threshold")
 
 
 @app.command()

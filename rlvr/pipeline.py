@@ -54,6 +54,7 @@ from rlvr.checkpoint import (
 )
 from rlvr.config import Config, ConfigError, flatten, load_config, save_config, to_toml
 from rlvr.data import Example, Problem, format_prompt
+from rlvr.data_check import data_report, summary_line
 from rlvr.distributed import make_learner
 from rlvr.distributed.plan import check_learner_fits
 from rlvr.files import atomic_write_text
@@ -202,6 +203,7 @@ def _run(cfg: Config, reporter: Reporter, command: str, resume: bool, reward_ter
     seed_everything(cfg.run.seed)
     if skipped:
         reporter.print(f"[yellow]skipped {len(skipped)} bad rows[/] (data.skip_bad_rows): {dict(Counter(p.kind for p in skipped))}")
+    reporter.print(summary_line(data_report(train, held_out)))  # `rlvr data-check` says more, and fails on thresholds
     model, tokenizer = prepare_model(cfg, run_dir)
     reporter.print(
         f"run dir [bold]{run_dir}[/]  model {cfg.model.path or 'tiny Qwen3'} ({count_parameters(model) / 1e6:.2f}M params)  "

@@ -31,7 +31,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     # the tasks read the config, so their own rules are checked by rlvr.tasks.task_for, not by the config
     ("config", ("rlvr.config", "rlvr.config_paths", "rlvr.sampling", "rlvr.trackers", "rlvr.verifiers.contract", "rlvr.verifiers.pool")),
     ("data, tasks, rewards, metrics", (
-        "rlvr.data", "rlvr.tasks", "rlvr.reward", "rlvr.metrics", "rlvr.monitor", "rlvr.doctor", "rlvr.checkpoint")),
+        "rlvr.data", "rlvr.data_check", "rlvr.tasks", "rlvr.reward", "rlvr.metrics", "rlvr.monitor", "rlvr.doctor", "rlvr.checkpoint")),
     # weight_sync moves a model's weights (it imports only errors): the vLLM server sampler in rollout/ broadcasts through it
     ("models, sampling, scoring", ("rlvr.architecture", "rlvr.models", "rlvr.sharded_checkpoint", "rlvr.logprobs", "rlvr.rollout",
                                     "rlvr.sources", "rlvr.distributed.weight_sync")),
