@@ -199,7 +199,7 @@ def test_parsing_a_long_text_is_linear() -> None:
     block = hermes('{"name": "add", "arguments": {"a": 1, "b": 2}}')
     start = time.monotonic()
     calls = parse_hermes("filler " * 200_000 + block * 5_000 + "<tool_call>" + "y" * 1_000_000)
-    assert len(calls) == 5_001 and time.monotonic() - start < 1.0
+    assert len(calls) == 5_001 and time.monotonic() - start < 5  # a quadratic scan of 2.4 MB takes minutes
 
 
 # ------------------------------------------------------------------------- schemas and loading
@@ -406,7 +406,7 @@ def test_every_outcome_is_reached() -> None:
 def test_ok_returns_the_text_and_the_call() -> None:
     result = run_call(call("add", a=347, b=829), table(add), timeout_s=5, max_chars=100)
     assert (result.name, result.arguments, result.outcome, result.content) == ("add", {"a": 347, "b": 829}, "ok", "1176")
-    assert 0 <= result.seconds < 1
+    assert 0 <= result.seconds < 5  # margins for a loaded CI machine
 
 
 def test_a_raising_tool_is_an_error_in_trls_words() -> None:
@@ -428,15 +428,15 @@ def test_sys_exit_in_a_tool_is_its_error_not_ours() -> None:
 def test_a_hanging_tool_times_out_quickly() -> None:
     start = time.monotonic()
     result = run_call(call("hangs"), table(hangs), timeout_s=0.3, max_chars=100)
-    assert time.monotonic() - start < 2
+    assert time.monotonic() - start < 5  # the tool sleeps far longer; margins for a loaded CI machine
     assert result.outcome == "timeout" and "0.3 s" in result.content and "error" in result.content
-    assert 0.3 <= result.seconds < 2
+    assert 0.3 <= result.seconds < 5
 
 
 def test_a_huge_result_is_capped_fast() -> None:
     start = time.monotonic()
     result = run_call(call("floods", n=10_000_000), table(floods), timeout_s=5, max_chars=1000)
-    assert time.monotonic() - start < 1
+    assert time.monotonic() - start < 5  # margins for a loaded CI machine
     assert result.outcome == "truncated"
     assert result.content == "x" * 1000 + "\n[output truncated: 10000000 characters in all]"
 
@@ -522,7 +522,7 @@ def test_an_async_tool_that_hangs_times_out() -> None:
 
     start = time.monotonic()
     assert run_call(call("stalls"), table(stalls), timeout_s=0.2, max_chars=100).outcome == "timeout"
-    assert time.monotonic() - start < 2
+    assert time.monotonic() - start < 5  # the tool sleeps 30 s; margins for a loaded CI machine
 
 
 def test_values_that_are_not_text_are_read_with_str() -> None:
@@ -616,7 +616,9 @@ def test_calculator_refuses(expression: str, says: str) -> None:
     start = time.monotonic()
     with pytest.raises(ValueError, match=None) as caught:
         calculator(expression)
-    assert says in str(caught.value) and time.monotonic() - start < 0.5
+    # 5 s is far above a loaded 2-core CI machine's worst case and far below what evaluating
+    # 2 ** 10 ** 10 or recursing without a depth limit would take
+    assert says in str(caught.value) and time.monotonic() - start < 5
 
 
 def test_calculator_is_a_loadable_tool_whose_refusals_the_model_reads() -> None:
