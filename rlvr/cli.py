@@ -66,6 +66,14 @@ def exit_codes() -> Iterator[None]:
         raise typer.Exit(EXIT_RUN_STOPPED) from None
 
 
+def _config_and_overrides(config: Optional[str], overrides: Optional[list[str]]) -> tuple[Optional[str], list[str]]:
+    """A command whose CONFIG is optional (check, data-check) and is given only overrides: the first
+    one is an override (key=value), not a config file's name."""
+    if config is not None and "=" in config and not Path(config).is_file():
+        return None, [config, *(overrides or [])]
+    return config, list(overrides or [])
+
+
 def _load(config: Optional[str], overrides: Optional[list[str]]) -> Config:
     from rlvr.tasks import task_for
 
@@ -212,6 +220,42 @@ def export(
     console.print(f"[green]exported[/] {source} -> {out_dir}")
 
 
+@app.command("check")
+def check_command(
+    config: Optional[str] = typer.Argument(None, help="TOML config file (omit: the lab)."),
+    overrides: Optional[list[str]] = OVERRIDES,
+    skip: Optional[list[str]] = typer.Option(None, "--skip", help="A check not to run (repeat); `resume` costs three short runs."),
+    prompts: int = typer.Option(2, min=1, help="Training prompts in the batch checked (x rollout.group_size samples)."),
+    json_out: Optional[str] = typer.Option(None, "--json", help="Also write the findings and the first prompt's tokens to this file."),
+) -> None:
+    """Run rlvr's own correctness proofs on your model, tokenizer, template, data and settings: padding, micro-batch and
+    token-budget invariance of the update, the engine against a full forward, the sampler's log-probs against the
+    learner's, the chat template's round trip, EOS and pad, Ray against local, and a killed run's resume. Exit 1 on a failure."""
+    from rlvr.commands.check import report_table, run_checks
+    from rlvr.files import atomic_write_text
+
+    config, overrides = _config_and_overrides(config, overrides)
+    with exit_codes():
+        cfg = _load(config, overrides)
+        try:
+            report = run_checks(cfg, config_path=config, overrides=overrides, skip=set(skip or []), prompts=prompts)
+        except ValueError as err:
+            console.print(f"[red]error:[/] {markup_escape(str(err))}")
+            raise typer.Exit(EXIT_USAGE) from None
+        if report.prompt:
+            console.print("first prompt as the model sees it:", markup_escape(repr(report.prompt["text"])))
+            console.print("its tokens:", markup_escape(" ".join(f"{t}:{i}" for t, i in zip(report.prompt["tokens"], report.prompt["ids"]))))
+        console.print(report_table(report))
+        if json_out:
+            import json
+
+            atomic_write_text(Path(json_out), json.dumps(report.to_json(), indent=2) + "\n")
+        if report.failed:
+            console.print(f"[red]check failed:[/] {', '.join(f.name for f in report.failed)}")
+            raise typer.Exit(1)
+        console.print("check: every check passed" + (" (with warnings)" if any(f.status == "warn" for f in report.findings) else ""))
+
+
 @app.command("data-check")
 def data_check_command(
     config: Optional[str] = typer.Argument(None, help="TOML config file (omit: the lab's task)."),
@@ -231,8 +275,9 @@ def data_check_command(
     from rlvr.reward import answer_check, route_of
     from rlvr.tasks import load_splits
 
+    config, overrides = _config_and_overrides(config, overrides)
     with exit_codes():
-        cfg = load_config(config, overrides or [], for_training=False)
+        cfg = load_config(config, overrides, for_training=False)
         train, held_out = load_splits(cfg)
         check = answer_check(cfg.reward)
         report = data_report(train, held_out, (lambda e: check(e.answer, route_of(e, cfg.reward.route_field))) if check else None)

@@ -86,6 +86,18 @@ def sync2(cluster, start, tmp_path_factory):
     return lab(tmp_path_factory.mktemp("sync2") / "run", start + ray_args(cluster))
 
 
+def test_rlvr_check_compares_one_rollout_worker_with_the_local_learner(cluster, start):
+    """`rlvr check` on a Ray config: a worker on another node samples, token for token, what the local learner samples."""
+    from rlvr.commands.check import run_checks
+
+    overrides = FAST + start + ray_args(cluster, workers=2)
+    report = run_checks(load_config(overrides=overrides), config_path=None, overrides=overrides,
+                        skip={"resume", "padding", "micro_batches", "token_budget", "engine"})
+    found = {f.name: f for f in report.findings}
+    assert found["ray"].status == "pass" and "1 rollout worker: the same" in found["ray"].measured, found["ray"]
+    assert not report.failed, report.findings
+
+
 @pytest.mark.parametrize("variant", [[], ["model.lora_rank=4"], ["algo.preset=dapo"]], ids=["full", "lora", "dapo"])
 def test_one_rollout_worker_trains_exactly_what_the_local_backend_does(cluster, start, tmp_path, variant):
     """Full weights, LoRA adapters (only they travel), and DAPO's dynamic sampling (several rounds a step)."""

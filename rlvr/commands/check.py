@@ -1,0 +1,487 @@
+"""`rlvr check CONFIG`: the proofs rlvr's own test suite makes on its test models, run on the user's
+model, tokenizer, chat template, data and settings before a GPU day is spent on them.
+
+It loads what `rlvr train CONFIG` would load, samples one batch through the run's own learner, and
+measures, through the code the run uses (not a copy of it):
+
+    template         the exact text and tokens the model sees; they round-trip through the tokenizer;
+                     the template opens the assistant's turn (add_generation_prompt); BOS where the
+                     tokenizer expects one
+    end_of_turn      the token the template ends an assistant turn with stops sampling
+    pad_token        the pad token never occurs in real text (prompts, golds, solutions)
+    padding          a row's loss and gradient, padded among longer rows, equal its own alone
+    micro_batches    the run's micro-batch plan gives the loss and gradient of one whole-batch pass
+    token_budget     so does the tightest train.micro_batch_tokens that admits every row
+    engine           the sampling engine's logits at every position equal one full forward's
+    sampler_logprobs the sampler's log-probs against the learner's recomputation: the mismatch the run will see
+    ray              (distributed.backend = "ray") one rollout worker samples what the local learner samples
+    resume           a short run SIGKILLed mid-step and resumed ends where an unbroken one does
+
+Each finding is pass, warn (the run works but will see what is measured), fail (the run would be
+wrong; exit status 1, naming the cause and what to change) or skip (does not apply, or --skip).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from rich.markup import escape as markup_escape
+from rich.table import Table
+
+from rlvr.config import Config
+from rlvr.data import Example, chat_prompts, format_prompt, prompt_messages
+from rlvr.learner import LocalLearner
+from rlvr.metrics import read_jsonl_records
+from rlvr.models import add_lora
+from rlvr.rollout import Rollouts, make_engine
+from rlvr.rollout.multiturn import ToolRenderer, ToolSettings
+from rlvr.runtime import apply_run_settings, forward_precision, prepare_model, seed_everything
+from rlvr.tasks import load_splits
+from rlvr.update import Share, UpdateSettings, plan_micro_batches, policy_logprobs, run_update
+
+CHECKS = ("template", "end_of_turn", "pad_token", "padding", "micro_batches", "token_budget", "engine", "sampler_logprobs", "ray",
+          "resume")
+MARK = "\u2063rlvr-check-reply\u2063"  # an assistant reply no template rewrites, to find what follows it
+
+
+@dataclass
+class Finding:
+    name: str
+    status: str  # pass | warn | fail | skip
+    measured: str  # the numbers, or why it was skipped
+    fix: str = ""  # what to change (fail, warn)
+
+
+@dataclass(frozen=True)
+class Tolerances:
+    """How far two computations of the same quantity may differ, relative to its own scale, so one
+    rule holds for a near-uniform random model and a confident real one. fp32 differs by reduction
+    order only (1e-7 to 1e-5 relative on the models measured); bf16 autocast rounds each matmul to 8
+    bits of mantissa, so different shapes (padding, micro-batches) differ by a few 1e-3. A defect (a
+    per-micro-batch mean, a position off by one) differs by 1e-2 and more."""
+
+    gradient: float  # |g_a - g_b| / |g_b|, and the loss's difference over max(|loss|, 1)
+    logprob: float  # a token's log-prob difference over the spread of log-probs (their standard deviation)
+
+    @classmethod
+    def of(cls, cfg: Config) -> Tolerances:
+        low = cfg.run.autocast != "none" or cfg.run.dtype in ("bfloat16", "float16")
+        return cls(gradient=5e-2, logprob=0.1) if low else cls(gradient=1e-4, logprob=1e-3)
+
+
+# ----------------------------------------------------------------------------- the template and tokens
+
+
+def template_findings(tokenizer, examples: list[Example], cfg: Config) -> tuple[list[Finding], dict]:
+    """What the model sees of the first prompt, exactly, and whether the template and tokens are sound."""
+    data, first = cfg.data, examples[0]
+    tools = ToolSettings.from_config(cfg.rollout)  # a tool run renders its prompts with the tools, as the pipeline shows them
+    text = ToolRenderer(tokenizer, tools, data).start(first).prompt_text if tools else format_prompt(tokenizer, first, data)
+    ids = tokenizer.encode(text, add_special_tokens=False)  # as rollout.encode_prompts encodes every prompt
+    shown = {"text": text, "ids": ids, "tokens": tokenizer.convert_ids_to_tokens(ids)}
+    problems, warnings = [], []
+    back = tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    if back != text:
+        at = next((i for i, (a, b) in enumerate(zip(back, text)) if a != b), min(len(back), len(text)))
+        problems.append(f"the prompt does not survive encode -> decode (first difference at character {at}: "
+                        f"{text[at:at + 20]!r} became {back[at:at + 20]!r}); the tokenizer rewrites text, so the model "
+                        "is trained on other text than the template wrote")
+    chat = chat_prompts(tokenizer, [first], data) is not None or tools is not None
+    if chat and tools is None:
+        with_prompt, without = (render(tokenizer, prompt_messages(first, data), data, add_generation_prompt=flag) for flag in (True, False))
+        if with_prompt == without:
+            problems.append("the chat template ignores add_generation_prompt: the prompt ends with the user's turn, so the model "
+                            "continues the user's text instead of answering; use a template that opens the assistant's turn "
+                            "({% if add_generation_prompt %}...{% endif %}), in data.chat_template")
+    bos = tokenizer.bos_token_id
+    if bos is not None and bos != tokenizer.eos_token_id and (ids[:1] != [bos]):
+        expects = tokenizer.encode("x", add_special_tokens=True)[:1] == [bos]
+        if expects:
+            warnings.append(f"the tokenizer puts BOS {tokenizer.bos_token!r} first, but the prompts have none (rlvr encodes the "
+                            "template's text as written); if the model was trained with BOS, put it in the template or data.system_prompt")
+    measured = f"{len(ids)} tokens, {'chat template' if chat else 'plain text (no chat template)'}; encode -> decode {'differs' if back != text else 'exact'}"
+    status = "fail" if problems else "warn" if warnings else "pass"
+    return [Finding("template", status, measured, "; ".join(problems + warnings))], shown
+
+
+def render(tokenizer, messages: list[dict], data, *, add_generation_prompt: bool) -> str:
+    template = Path(data.chat_template).read_text(encoding="utf-8") if data.chat_template else None
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt, chat_template=template,
+                                         **data.chat_template_kwargs)
+
+
+def end_of_turn_finding(tokenizer, example: Example, cfg: Config) -> Finding:
+    """The token a chat template closes the assistant's turn with must stop sampling: an instruct model
+    ends its answers with it, and a sampler that stops at another token runs every completion to
+    rollout.max_new_tokens."""
+    eos = tokenizer.eos_token_id
+    if eos is None:
+        return Finding("end_of_turn", "fail", "the tokenizer has no EOS token", "set tokenizer.eos_token (completions could never end)")
+    if chat_prompts(tokenizer, [example], cfg.data) is None:
+        return Finding("end_of_turn", "pass", f"plain-text prompts: sampling stops at EOS {tokenizer.eos_token!r} (id {eos})")
+    try:
+        full = render(tokenizer, [*prompt_messages(example, cfg.data), {"role": "assistant", "content": MARK}], cfg.data,
+                      add_generation_prompt=False)
+    except Exception as err:  # noqa: BLE001 - a template that cannot render an assistant turn at all
+        return Finding("end_of_turn", "warn", f"the template cannot render an assistant turn ({type(err).__name__}: {err})",
+                       "SFT on chat targets would fail; check data.chat_template")
+    if MARK not in full:
+        return Finding("end_of_turn", "warn", "the template drops the assistant's reply text", "check data.chat_template")
+    after = full[full.rindex(MARK) + len(MARK):].lstrip(" ")
+    if not after.strip():
+        return Finding("end_of_turn", "pass", f"the template writes nothing after a reply; sampling stops at EOS {tokenizer.eos_token!r}")
+    end = tokenizer.encode(after, add_special_tokens=False)[0]
+    stops = {eos}  # rlvr's samplers stop at EOS and at rollout.stop's strings, nothing else
+    end_text = tokenizer.decode([end])
+    if end in stops or any(s and end_text.startswith(s) for s in cfg.rollout.stop):
+        return Finding("end_of_turn", "pass", f"the template ends a reply with {end_text!r} (id {end}), which stops sampling")
+    return Finding("end_of_turn", "fail",
+                   f"the template ends a reply with {end_text!r} (id {end}) but sampling stops at EOS {tokenizer.eos_token!r} (id {eos}) only",
+                   f"an instruct model ends its answers with {end_text!r} and would run on to rollout.max_new_tokens: set the tokenizer's "
+                   f"eos_token to {end_text!r}, or add it to rollout.stop")
+
+
+def pad_finding(tokenizer, examples: list[Example], cfg: Config) -> Finding:
+    """A pad token that is also a content token: texts decoded without special tokens lose every
+    occurrence (rlvr's completions are, before the verifier reads them), and tools that mask by id
+    mask real text out."""
+    pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
+    texts = []
+    for e in examples:
+        texts += [format_prompt(tokenizer, e, cfg.data), e.answer or "", e.solution or ""]
+    hits = [t for t in texts if t and pad in tokenizer.encode(t, add_special_tokens=False)]
+    same = " (= EOS: rows are masked by their lengths, never by ids, so that is safe)" if pad == eos else ""
+    if hits:
+        return Finding("pad_token", "fail",
+                       f"pad token {tokenizer.pad_token!r} (id {pad}) occurs as content in {len(hits)} of {len(texts)} texts "
+                       f"(first: {hits[0][:60]!r})",
+                       "a completion's copies of it are cut when it is decoded for the verifier: set tokenizer.pad_token to a token no "
+                       "text contains (its EOS, or a new '<|pad|>')")
+    return Finding("pad_token", "pass", f"pad token {tokenizer.pad_token!r} (id {pad}){same} occurs in none of {len(texts)} texts")
+
+
+# ----------------------------------------------------------------------------- the update
+
+
+class _GradientCapture(torch.optim.Optimizer):
+    """An optimizer that moves nothing and keeps the gradient it is asked to step on: the check reads
+    the gradient the run's own update computes (rlvr.update.run_update), unclipped."""
+
+    def __init__(self, params: list[torch.nn.Parameter]):
+        super().__init__(params, {"lr": 0.0})
+        self.grads: list[torch.Tensor] = []
+
+    @torch.no_grad()
+    def step(self, closure=None):  # noqa: ARG002 - the Optimizer signature
+        self.grads = [torch.zeros_like(p) if p.grad is None else p.grad.detach().float().clone()
+                      for group in self.param_groups for p in group["params"]]
+
+
+def update_loss_and_gradient(learner: LocalLearner, rollouts: Rollouts, advantages_B: torch.Tensor, settings: UpdateSettings,
+                             parts: list[torch.Tensor] | None, cfg: Config) -> tuple[float, torch.Tensor]:
+    """The loss and the flattened gradient of one pass of the run's update on this batch, with the
+    micro-batches `settings` plans or the ones given (`parts`), sharing the whole batch's normaliser."""
+    trainable = [p for group in learner.optimizer.param_groups for p in group["params"]]
+    capture = _GradientCapture(trainable)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(capture, lambda _: 1.0)
+    plan = plan_micro_batches(rollouts, advantages_B, None, settings)
+    share = Share.whole(plan) if parts is None else Share(parts, len(parts))
+    with forward_precision(cfg, learner.device):
+        log = run_update(learner.policy, capture, scheduler, rollouts, advantages_B, settings, plan, share, reference=learner.reference,
+                         teacher=learner.teacher)
+    for p in trainable:
+        p.grad = None
+    return log.loss, torch.cat([g.flatten() for g in capture.grads])
+
+
+def check_advantages(B: int, device: torch.device) -> torch.Tensor:
+    """Advantages of both signs and several sizes, none zero (a zero-advantage row is not forwarded
+    without KL or entropy, and a fresh model's real rewards are often all equal)."""
+    return torch.tensor([(1.0 + i / B) * (-1) ** i for i in range(B)], device=device)
+
+
+def update_findings(learner: LocalLearner, rollouts: Rollouts, cfg: Config, tol: Tolerances, wanted: Callable[[str], bool]) -> list[Finding]:
+    B = rollouts.completion_ids_BT.shape[0]
+    advantages = check_advantages(B, learner.device)
+    one_pass = dataclasses.replace(learner.settings, num_iterations=1, max_grad_norm=0.0)
+    whole_plan = dataclasses.replace(one_pass, micro_batch_size=B, micro_batch_tokens=0, bucket_overhead_tokens=0)
+    rows = torch.arange(B, device=learner.device)
+    loss_ref, grad_ref = update_loss_and_gradient(learner, rollouts, advantages, whole_plan, [rows], cfg)
+    scale = float(grad_ref.norm())
+    if scale == 0.0 or not math.isfinite(scale):
+        return [Finding(name, "fail", f"the whole-batch gradient is {scale}", "the update computes no gradient on this batch: check the model's "
+                        "trainable parameters (LoRA targets) and algo settings") for name in ("padding", "micro_batches", "token_budget") if wanted(name)]
+
+    def compare(name: str, loss: float, grad: torch.Tensor, how: str, fix: str) -> Finding:
+        gap, loss_gap = float((grad - grad_ref).norm()) / scale, abs(loss - loss_ref) / max(abs(loss_ref), 1.0)
+        measured = f"{how}: gradient differs by {gap:.1e} of its norm, loss by {loss_gap:.1e} (tolerance {tol.gradient:.0e})"
+        return Finding(name, "pass" if max(gap, loss_gap) <= tol.gradient else "fail", measured, "" if max(gap, loss_gap) <= tol.gradient else fix)
+
+    out = []
+    lengths = rollouts.prompt_mask_BP.sum(1) + rollouts.spans_B
+    padded_share = 1 - float(lengths.sum()) / (B * (rollouts.prompt_mask_BP.shape[1] + rollouts.completion_mask_BT.shape[1]))
+    if wanted("padding"):
+        loss, grad = update_loss_and_gradient(learner, rollouts, advantages, whole_plan, [rows[i:i + 1] for i in range(B)], cfg)
+        out.append(compare("padding", loss, grad, f"{B} rows alone against all in one micro-batch ({padded_share:.0%} of it padding)",
+                           "padding changes the loss: a mean over padded positions, attention to padding, or positions counted "
+                           "from the padded start (left padding); this model or its attention implementation does not mask padding"))
+    if wanted("micro_batches"):
+        plan = plan_micro_batches(rollouts, advantages, None, one_pass)
+        loss, grad = update_loss_and_gradient(learner, rollouts, advantages, one_pass, None, cfg)
+        sizes = sorted(len(p) for p in plan.parts)
+        out.append(compare("micro_batches", loss, grad, f"the run's plan ({len(sizes)} micro-batches of {sizes[0]}-{sizes[-1]} rows) against one",
+                           "accumulated micro-batches do not add up to the batch: a mean divided per micro-batch instead of by the whole "
+                           "batch's normaliser"))
+    if wanted("token_budget"):
+        budget = int(lengths.max())
+        tight = dataclasses.replace(one_pass, micro_batch_size=B, micro_batch_tokens=budget, bucket_overhead_tokens=0)
+        parts = plan_micro_batches(rollouts, advantages, None, tight).parts
+        loss, grad = update_loss_and_gradient(learner, rollouts, advantages, tight, None, cfg)
+        out.append(compare("token_budget", loss, grad, f"train.micro_batch_tokens = {budget} ({len(parts)} micro-batches) against one",
+                           "micro-batches cut by a token budget do not add up to the batch"))
+    return out
+
+
+# ----------------------------------------------------------------------------- sampling
+
+
+def engine_finding(learner: LocalLearner, rollouts: Rollouts, cfg: Config, tol: Tolerances) -> Finding:
+    """The engine's logits at every position of the sampled rows against one uncached full forward of each whole row."""
+    if cfg.rollout.engine not in ("auto", "static", "transformers"):
+        return Finding("engine", "skip", f"rollout.engine = {cfg.rollout.engine}: its logits are not exposed; sampler_logprobs measures it")
+    if learner._tools is not None:
+        return Finding("engine", "skip", "multi-turn rollouts: sampler_logprobs measures the engine on the sampled turns")
+    G = cfg.rollout.group_size
+    prompts, per = min(2, rollouts.prompt_ids_BP.shape[0] // G), min(G, 2)
+    rows = torch.tensor([p * G + g for p in range(prompts) for g in range(per)], device=learner.device)
+    part = rollouts.select(rows)
+    P, T = part.prompt_ids_BP.shape[1], part.completion_ids_BT.shape[1]
+    policy = learner.policy
+    engine = make_engine(policy, cfg.rollout.engine, P + T, max(T, 1))
+    distinct = part.prompt_ids_BP[::per], part.prompt_mask_BP[::per]
+    ids = torch.cat([part.prompt_ids_BP, part.completion_ids_BT], 1)
+    mask = torch.cat([part.prompt_mask_BP, part.completion_mask_BT], 1)
+    worst, where, count, spreads = 0.0, "", 0, []
+    was_training = policy.training
+    policy.eval()
+    try:
+        with torch.no_grad(), forward_precision(cfg, learner.device):
+            positions = (mask.cumsum(1) - 1).clamp(min=0)
+            full = policy(input_ids=ids, attention_mask=mask, position_ids=positions).logits.float()
+            full = torch.log_softmax(full / cfg.rollout.temperature, -1)
+            step_logits = [engine.prefill(*distinct, per)]
+            prompt_len = part.prompt_mask_BP.sum(1)
+            for t in range(T - 1):
+                step_logits.append(engine.step(part.completion_ids_BT[:, t], prompt_len + t))
+    finally:
+        policy.train(was_training)
+    for t, logits in enumerate(step_logits):
+        live = part.completion_mask_BT[:, t].bool()
+        if not live.any():
+            break
+        got = torch.log_softmax(logits.float() / cfg.rollout.temperature, -1)[live]
+        want = full[live, P - 1 + t]
+        gap = float((got - want).abs().max())
+        spreads.append(want.std(-1))
+        count += int(live.sum())
+        if gap > worst:
+            worst, where = gap, f"completion token {t}"
+    name = type(engine).__name__
+    spread = float(torch.cat(spreads).mean()) if spreads else 1.0
+    measured = (f"{name}: {count} positions of {len(rows)} rows, largest log-prob difference {worst:.1e} nats ({where or 'none'}), "
+                f"{worst / spread:.1e} of the log-probs' spread {spread:.2g} (tolerance {tol.logprob:.0e})")
+    if worst <= tol.logprob * spread:
+        return Finding("engine", "pass", measured)
+    return Finding("engine", "fail", measured, "the engine's cached decoding does not compute the model's forward (a position or cache "
+                   "slot off, a layer computed differently): completions come from another model than the one trained; "
+                   "rollout.engine = transformers uses the model's own forward")
+
+
+def sampler_finding(learner: LocalLearner, rollouts: Rollouts, cfg: Config, tol: Tolerances) -> Finding:
+    """The log-probs the sampler drew each token with against the learner's recomputation (what the update's ratio starts from)."""
+    if rollouts.sample_logp_BT is None:
+        return Finding("sampler_logprobs", "skip", f"rollout.engine = {cfg.rollout.engine} keeps no log-probs")
+    mask = rollouts.completion_mask_BT.bool()
+    if rollouts.forced_BT is not None:
+        mask &= ~rollouts.forced_BT.bool()  # a thinking budget's forced tokens were not sampled
+    gaps, values = [], []
+    with torch.no_grad(), forward_precision(cfg, learner.device):
+        for start in range(0, mask.shape[0], max(1, learner.settings.micro_batch_size)):
+            rows = torch.arange(start, min(start + max(1, learner.settings.micro_batch_size), mask.shape[0]), device=learner.device)
+            chunk = rollouts.select(rows)
+            logp, _ = policy_logprobs(learner.policy, chunk, learner.settings.temperature, with_entropy=False)
+            width = logp.shape[1]
+            keep = mask[rows, :width]
+            gaps.append((logp.float() - rollouts.sample_logp_BT[rows, :width].float())[keep])
+            values.append(logp.float()[keep])
+    gap = torch.cat(gaps).abs()
+    if gap.numel() == 0:
+        return Finding("sampler_logprobs", "skip", "no sampled tokens")
+    mean, worst = float(gap.mean()), float(gap.max())
+    # The scale: how much the sampled tokens' log-probs themselves vary (near 0 for a near-uniform model, nats for a real one).
+    spread = max(float(torch.cat(values).std()) if sum(v.numel() for v in values) > 1 else 1.0, 1e-6)
+    measured = (f"{gap.numel()} tokens: mean |difference| {mean:.1e}, largest {worst:.1e} nats, {worst / spread:.1e} of the sampled "
+                f"log-probs' spread {spread:.2g} (tolerance {tol.logprob:.0e})")
+    own_fp32 = cfg.rollout.engine in ("auto", "static", "transformers") and tol.logprob < 0.01
+    if worst <= tol.logprob * spread:
+        return Finding("sampler_logprobs", "pass", measured)
+    if own_fp32 or mean > 0.1:
+        return Finding("sampler_logprobs", "fail", measured, "the sampler draws from another distribution than the learner scores "
+                       "(an engine defect, a temperature applied twice, another model's weights)")
+    return Finding("sampler_logprobs", "warn", measured, "the update's ratios start off 1 by this much; algo.tis_cap (e.g. 2) corrects "
+                   "the surrogate for it")
+
+
+# ----------------------------------------------------------------------------- Ray and resume
+
+
+def ray_finding(cfg: Config, model, tokenizer, examples: list[Example], local: Rollouts) -> Finding:
+    """One Ray rollout worker samples the same completions, with the same log-probs, as the local learner
+    did (both fresh from the run's seed, first round; the check's updates moved no weight)."""
+    from rlvr.distributed import make_learner  # Ray is imported only when the run configures it
+
+    one = dataclasses.replace(cfg, distributed=dataclasses.replace(cfg.distributed, rollout_workers=1, reward_workers=1, learner_workers=0))
+    learner = make_learner(model, tokenizer, one)
+    try:
+        remote = learner.generate(examples).rollouts
+    finally:
+        learner.close()
+    if remote.completion_ids_BT.shape != local.completion_ids_BT.shape or not torch.equal(remote.completion_ids_BT.cpu(), local.completion_ids_BT.cpu()):
+        return Finding("ray", "fail", "the Ray rollout worker sampled other tokens than the local learner",
+                       "the worker's model, tokenizer or seeding differs from the driver's (check distributed.* and rollout.seeding)")
+    gap = float((remote.sample_logp_BT.cpu() - local.sample_logp_BT.cpu()).abs().max()) if remote.sample_logp_BT is not None else 0.0
+    return Finding("ray", "pass", f"1 rollout worker: the same {int(local.completion_mask_BT.sum())} tokens, log-probs within {gap:.1e}")
+
+
+SHORT_RUN = ["train.steps=3", "checkpoint.every=1", "checkpoint.keep_last=3", "sft.steps=0", "eval.before_rl=false", "eval.after_rl=false",
+             "eval.every=0", "run.report_every=0", "run.trackers=[]", "rollout.prompts_per_step=2"]
+
+
+def resume_finding(config: str | None, overrides: list[str], workdir: Path) -> Finding:
+    """Three steps straight, against three steps SIGKILLed while sampling step 3 and resumed: the same
+    metrics and the same final weights (bit for bit on CPU)."""
+    command = [sys.executable, "-m", "rlvr.cli", "train" if config else "lab", "--quiet"]
+
+    def run(out: Path, kill: str | None = None, resume: bool = False) -> subprocess.CompletedProcess:
+        env = {k: v for k, v in os.environ.items() if k != "RLVR_KILL_AT"}
+        if kill:
+            env["RLVR_KILL_AT"] = kill
+        what = ["--resume", str(out)] if resume else [*([config] if config else []), *overrides, *SHORT_RUN, f"run.output_dir={json.dumps(str(out))}"]
+        return subprocess.run(command + what, env=env, capture_output=True, text=True)
+
+    straight, broken = workdir / "straight", workdir / "broken"
+    done = run(straight)
+    if done.returncode != 0:
+        return Finding("resume", "fail", f"a 3-step run failed (exit {done.returncode}): {done.stderr.strip()[-300:]}", "run it with rlvr train to see why")
+    killed = run(broken, kill="generate@3")
+    if killed.returncode != -9:
+        return Finding("resume", "fail", f"the run to be killed ended with exit {killed.returncode} instead of SIGKILL", killed.stderr.strip()[-300:])
+    resumed = run(broken, resume=True)
+    if resumed.returncode != 0:
+        return Finding("resume", "fail", f"resuming failed (exit {resumed.returncode}): {resumed.stderr.strip()[-300:]}",
+                       "a killed run of this setup cannot resume")
+    metrics = [_comparable(d) for d in (straight, broken)]
+    weights = [_weights(d / "model") for d in (straight, broken)]
+    same_metrics = metrics[0] == metrics[1]
+    gap = max((float((a.float() - b.float()).abs().max()) for a, b in zip(weights[0].values(), weights[1].values())), default=0.0)
+    same_weights = weights[0].keys() == weights[1].keys() and gap == 0.0
+    measured = (f"3 steps straight against killed while sampling step 3 and resumed: metrics {'equal' if same_metrics else 'differ'}, "
+                f"final weights {'bit for bit equal' if same_weights else f'differ by up to {gap:.1e}'}")
+    if same_metrics and same_weights:
+        return Finding("resume", "pass", measured)
+    on_gpu = torch.cuda.is_available()
+    if on_gpu and gap < 1e-3:  # GPU kernels are not bitwise deterministic run to run
+        return Finding("resume", "warn", measured, "GPU kernels differ run to run in the last bits; CUDA's deterministic mode would make them equal")
+    return Finding("resume", "fail", measured, "a state the run needs is not in its checkpoints (an RNG, the data order, the optimizer)")
+
+
+def _comparable(run_dir: Path) -> list[dict]:
+    return [{k: v for k, v in r.items() if not k.startswith("time/") and k != "rollout/tokens_per_s"}
+            for r in read_jsonl_records(run_dir / "metrics.jsonl")]
+
+
+def _weights(directory: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file  # start-up time: only the resume check reads weight files
+
+    out = {}
+    for path in sorted(directory.glob("*.safetensors")):
+        out.update(load_file(path))
+    return out
+
+
+# ----------------------------------------------------------------------------- the command
+
+
+@dataclass
+class CheckReport:
+    findings: list[Finding]
+    prompt: dict  # the first prompt's text, ids and tokens
+
+    @property
+    def failed(self) -> list[Finding]:
+        return [f for f in self.findings if f.status == "fail"]
+
+    def to_json(self) -> dict:
+        return {"findings": [dataclasses.asdict(f) for f in self.findings], "prompt": self.prompt}
+
+
+def run_checks(cfg: Config, *, config_path: str | None, overrides: list[str], skip: set[str] = frozenset(), prompts: int = 2) -> CheckReport:
+    """Every check of the module docstring on one batch of `prompts` training prompts x rollout.group_size samples."""
+    unknown = skip - set(CHECKS)
+    if unknown:
+        raise ValueError(f"--skip: unknown check(s) {sorted(unknown)}; the checks are {', '.join(CHECKS)}")
+    wanted = lambda name: name not in skip  # noqa: E731
+    skipped = lambda name: Finding(name, "skip", "--skip")  # noqa: E731
+    train, _ = load_splits(cfg)
+    examples = train[:max(1, prompts)]
+    apply_run_settings(cfg)
+    seed_everything(cfg.run.seed)
+    tol = Tolerances.of(cfg)
+    with tempfile.TemporaryDirectory(prefix="rlvr-check-") as tmp:
+        workdir = Path(tmp)
+        model, tokenizer = prepare_model(cfg, workdir)
+        findings, shown = template_findings(tokenizer, examples, cfg) if wanted("template") else ([skipped("template")], {})
+        findings.append(end_of_turn_finding(tokenizer, examples[0], cfg) if wanted("end_of_turn") else skipped("end_of_turn"))
+        findings.append(pad_finding(tokenizer, train[:64], cfg) if wanted("pad_token") else skipped("pad_token"))
+        if cfg.model.lora_rank:
+            model = add_lora(model, cfg.model)
+        if cfg.distributed.backend == "ray" and cfg.rollout.seeding == "auto":  # what "auto" means on Ray: the ray check compares alike
+            cfg = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, seeding="group"))
+        learner = LocalLearner(model, tokenizer, cfg)
+        with forward_precision(cfg, learner.device):
+            rollouts = learner.generate(examples).rollouts
+        findings += update_findings(learner, rollouts, cfg, tol, wanted)
+        findings += [skipped(n) for n in ("padding", "micro_batches", "token_budget") if not wanted(n)]
+        findings.append(engine_finding(learner, rollouts, cfg, tol) if wanted("engine") else skipped("engine"))
+        findings.append(sampler_finding(learner, rollouts, cfg, tol) if wanted("sampler_logprobs") else skipped("sampler_logprobs"))
+        if cfg.distributed.backend != "ray":
+            findings.append(Finding("ray", "skip", "distributed.backend is local"))
+        elif wanted("ray"):
+            findings.append(ray_finding(cfg, model, tokenizer, examples, rollouts))
+        else:
+            findings.append(skipped("ray"))
+        learner.close()
+        del learner, model
+        findings.append(resume_finding(config_path, overrides, workdir) if wanted("resume") else skipped("resume"))
+    order = {name: i for i, name in enumerate(CHECKS)}
+    return CheckReport(sorted(findings, key=lambda f: order[f.name]), shown)
+
+
+def report_table(report: CheckReport) -> Table:
+    colour = {"pass": "green", "warn": "yellow", "fail": "red", "skip": "dim"}
+    table = Table(title="rlvr check")
+    for column in ("check", "result", "measured", "what to change"):
+        table.add_column(column)
+    for f in report.findings:
+        table.add_row(f.name, f"[{colour[f.status]}]{f.status}[/]", markup_escape(f.measured), markup_escape(f.fix))
+    return table
