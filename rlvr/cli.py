@@ -237,18 +237,12 @@ def check_command(
     config, overrides = _config_and_overrides(config, overrides)
     with exit_codes():
         cfg = _load(config, overrides)
-        try:
-            report = run_checks(cfg, config_path=config, overrides=overrides, skip=set(skip or []), prompts=prompts)
-        except ValueError as err:
-            console.print(f"[red]error:[/] {markup_escape(str(err))}")
-            raise typer.Exit(EXIT_USAGE) from None
+        report = run_checks(cfg, config_path=config, overrides=overrides, skip=set(skip or []), prompts=prompts)
         if report.prompt:
             console.print("first prompt as the model sees it:", markup_escape(repr(report.prompt["text"])))
             console.print("its tokens:", markup_escape(" ".join(f"{t}:{i}" for t, i in zip(report.prompt["tokens"], report.prompt["ids"]))))
         console.print(report_table(report))
         if json_out:
-            import json
-
             atomic_write_text(Path(json_out), json.dumps(report.to_json(), indent=2) + "\n")
         if report.failed:
             console.print(f"[red]check failed:[/] {', '.join(f.name for f in report.failed)}")

@@ -176,6 +176,19 @@ def test_an_end_of_turn_that_does_not_stop_sampling_fails(data, tmp_path_factory
     assert failed.name == "end_of_turn" and "'<|im_end|>'" in failed.measured and "rollout.stop" in failed.fix
 
 
+def test_a_check_that_raises_fails_alone(data, models, monkeypatch) -> None:
+    import rlvr.commands.check as check_module
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no engine for this model")
+
+    monkeypatch.setattr(check_module, "make_engine", broken)
+    report = check(data + [f"model.path={json.dumps(models['qwen3'])}"])
+    [failed] = report.failed
+    assert failed.name == "engine" and failed.measured == "raised RuntimeError: no engine for this model"
+    assert status(report)["sampler_logprobs"] == "pass"
+
+
 def test_the_command_exits_1_naming_the_failure(data, tmp_path) -> None:
     """The lab's model and tokenizer with a template that never opens the assistant's turn."""
     (tmp_path / "t.jinja").write_text("{%- for message in messages %}{{- message.content + '<eos>' }}{%- endfor %}")

@@ -38,7 +38,7 @@ import torch
 from rich.markup import escape as markup_escape
 from rich.table import Table
 
-from rlvr.config import Config
+from rlvr.config import Config, ConfigError
 from rlvr.data import Example, chat_prompts, format_prompt, prompt_messages
 from rlvr.learner import LocalLearner
 from rlvr.metrics import read_jsonl_records
@@ -391,6 +391,8 @@ def resume_finding(config: str | None, overrides: list[str], workdir: Path) -> F
         return Finding("resume", "fail", f"resuming failed (exit {resumed.returncode}): {resumed.stderr.strip()[-300:]}",
                        "a killed run of this setup cannot resume")
     metrics = [_comparable(d) for d in (straight, broken)]
+    if len(metrics[0]) != 3:
+        return Finding("resume", "fail", f"the 3-step run wrote {len(metrics[0])} metrics lines", "run it with rlvr train to see why")
     weights = [_weights(d / "model") for d in (straight, broken)]
     same_metrics = metrics[0] == metrics[1]
     gap = max((float((a.float() - b.float()).abs().max()) for a, b in zip(weights[0].values(), weights[1].values())), default=0.0)
@@ -436,23 +438,42 @@ class CheckReport:
 
 
 def run_checks(cfg: Config, *, config_path: str | None, overrides: list[str], skip: set[str] = frozenset(), prompts: int = 2) -> CheckReport:
-    """Every check of the module docstring on one batch of `prompts` training prompts x rollout.group_size samples."""
+    """Every check of the module docstring on one batch of `prompts` training prompts x rollout.group_size samples.
+    A check that raises is a failure naming the exception; the others still run."""
     unknown = skip - set(CHECKS)
     if unknown:
-        raise ValueError(f"--skip: unknown check(s) {sorted(unknown)}; the checks are {', '.join(CHECKS)}")
-    wanted = lambda name: name not in skip  # noqa: E731
-    skipped = lambda name: Finding(name, "skip", "--skip")  # noqa: E731
+        raise ConfigError(f"--skip: unknown check(s) {sorted(unknown)}; the checks are {', '.join(CHECKS)}")
+    findings: list[Finding] = []
+
+    def run(names: tuple[str, ...], compute: Callable[[], list[Finding]]) -> None:
+        wanted = [n for n in names if n not in skip]
+        if not wanted:
+            findings.extend(Finding(n, "skip", "--skip") for n in names)
+            return
+        try:
+            got = compute()
+        except Exception as err:  # noqa: BLE001 - a check that cannot run on this setup is its finding, not the end of the others
+            got = [Finding(n, "fail", f"raised {type(err).__name__}: {err}", "the run would raise the same") for n in wanted]
+        findings.extend(f for f in got if f.name in wanted)
+        findings.extend(Finding(n, "skip", "--skip") for n in names if n in skip)
+
     train, _ = load_splits(cfg)
     examples = train[:max(1, prompts)]
     apply_run_settings(cfg)
     seed_everything(cfg.run.seed)
-    tol = Tolerances.of(cfg)
+    tol, shown = Tolerances.of(cfg), {}
     with tempfile.TemporaryDirectory(prefix="rlvr-check-") as tmp:
         workdir = Path(tmp)
         model, tokenizer = prepare_model(cfg, workdir)
-        findings, shown = template_findings(tokenizer, examples, cfg) if wanted("template") else ([skipped("template")], {})
-        findings.append(end_of_turn_finding(tokenizer, examples[0], cfg) if wanted("end_of_turn") else skipped("end_of_turn"))
-        findings.append(pad_finding(tokenizer, train[:64], cfg) if wanted("pad_token") else skipped("pad_token"))
+
+        def template() -> list[Finding]:
+            found, seen = template_findings(tokenizer, examples, cfg)
+            shown.update(seen)
+            return found
+
+        run(("template",), template)
+        run(("end_of_turn",), lambda: [end_of_turn_finding(tokenizer, examples[0], cfg)])
+        run(("pad_token",), lambda: [pad_finding(tokenizer, train[:64], cfg)])
         if cfg.model.lora_rank:
             model = add_lora(model, cfg.model)
         if cfg.distributed.backend == "ray" and cfg.rollout.seeding == "auto":  # what "auto" means on Ray: the ray check compares alike
@@ -460,19 +481,16 @@ def run_checks(cfg: Config, *, config_path: str | None, overrides: list[str], sk
         learner = LocalLearner(model, tokenizer, cfg)
         with forward_precision(cfg, learner.device):
             rollouts = learner.generate(examples).rollouts
-        findings += update_findings(learner, rollouts, cfg, tol, wanted)
-        findings += [skipped(n) for n in ("padding", "micro_batches", "token_budget") if not wanted(n)]
-        findings.append(engine_finding(learner, rollouts, cfg, tol) if wanted("engine") else skipped("engine"))
-        findings.append(sampler_finding(learner, rollouts, cfg, tol) if wanted("sampler_logprobs") else skipped("sampler_logprobs"))
+        run(("padding", "micro_batches", "token_budget"), lambda: update_findings(learner, rollouts, cfg, tol, lambda n: n not in skip))
+        run(("engine",), lambda: [engine_finding(learner, rollouts, cfg, tol)])
+        run(("sampler_logprobs",), lambda: [sampler_finding(learner, rollouts, cfg, tol)])
         if cfg.distributed.backend != "ray":
             findings.append(Finding("ray", "skip", "distributed.backend is local"))
-        elif wanted("ray"):
-            findings.append(ray_finding(cfg, model, tokenizer, examples, rollouts))
         else:
-            findings.append(skipped("ray"))
+            run(("ray",), lambda: [ray_finding(cfg, model, tokenizer, examples, rollouts)])
         learner.close()
         del learner, model
-        findings.append(resume_finding(config_path, overrides, workdir) if wanted("resume") else skipped("resume"))
+        run(("resume",), lambda: [resume_finding(config_path, overrides, workdir)])
     order = {name: i for i, name in enumerate(CHECKS)}
     return CheckReport(sorted(findings, key=lambda f: order[f.name]), shown)
 
