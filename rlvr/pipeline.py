@@ -13,7 +13,9 @@ it on the user's model and data. Everything a run produces lands in run.output_d
     metrics.jsonl         one line per RL step
     samples.jsonl         sampled completions with rewards and advantages
     eval_<name>.jsonl     every held-out completion with its verdict (before_rl, after_rl, ...)
-    summary.json          accuracies (overall, per level), behaviour, timings
+    eval_<name>_samples.jsonl  with eval.samples = N: every sampled held-out completion with its verdict
+    summary.json          accuracies (overall, per level), behaviour, timings; with samples, the discovery
+                          ledger's counts (`ledger`: which problems RL discovered, sharpened, lost, ...)
     reward_curve.png      the reward during RL, with held-out accuracy before/after
     report.html           the run on one page: plots, evaluations, doctor, hack monitor, samples
                           (at every phase's end and every run.report_every RL steps; `rlvr report`)
@@ -61,6 +63,7 @@ from rlvr.files import atomic_write_text
 from rlvr.loop import TrainingError, rl_train
 from rlvr.metrics import STOP_FILE, JsonlWriter, PhaseBar, Reporter, plot_reward_curve, rewind_jsonl
 from rlvr.models import add_lora, check_model_path, count_parameters, merged, save_pretrained
+from rlvr.report.runs import run_ledger
 from rlvr.reward import build_reward_terms, close_reward_terms, correctness_term, other_terms
 from rlvr.rollout.multiturn import ToolRenderer, ToolSettings
 from rlvr.runtime import (
@@ -428,8 +431,14 @@ def _write_summary(ctx: RunContext, skipped: list[Problem]) -> dict:
         "resumed_from": str(ctx.resumed_from) if ctx.resumed_from else None,
         "data_rows_skipped": [f"{p.where}: {p.message}" for p in skipped],
     }
+    # from the files the evaluations wrote, as the report reads them (a resumed run's results hold no samples)
+    summary["ledger"], _ = run_ledger(ctx.run_dir, summary["eval"])
     atomic_write_text(ctx.run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
     ctx.reporter.print(summary_table(evals, ctx.seconds))
+    if summary["ledger"]:
+        ledger = summary["ledger"]
+        ctx.reporter.print(f"discovery ledger {ledger['start']} -> {ledger['end']} (N = {ledger['samples_per_problem']} samples per problem "
+                           f"each, {ledger['problems']} problems): " + ", ".join(f"{cls} {count}" for cls, count in ledger["counts"].items()))
     return summary
 
 

@@ -103,8 +103,9 @@ def test_a_stopped_run_says_where_and_why(reported_run, tmp_path):
     (copy / "stopped.json").write_text(json.dumps({"step": 6, "by": "hack_monitor", "reason": "step 6: the hack monitor stopped the run"}))
     page = write_report([copy]).read_text()
     assert "stopped at step 6.</b> step 6: the hack monitor stopped the run" in page
-    # without summary.json the held-out figures come from the phase checkpoints
+    # without summary.json the held-out figures come from the phase checkpoints, and the ledger from the sample files
     assert "after_sft" in page and "after_rl" in page
+    assert "<h2 id='ledger'>Discovery ledger</h2>" in page and "no ledger" not in page
 
 
 def test_rlvr_report_overlays_two_runs(reported_run, tmp_path):
@@ -115,6 +116,7 @@ def test_rlvr_report_overlays_two_runs(reported_run, tmp_path):
     assert done.returncode == 0, done.stderr
     page = (run_dir / "compare-other.html").read_text()
     assert "rlvr report: run vs other" in page and page.count("finished</b>") == 2
+    assert "<th>run</th><th>level</th><th>discovered</th>" in page and "<td>other</td><td>all</td>" in page  # each run's ledger
     bad = run_rlvr("report", str(tmp_path / "nope"), timeout=120)
     assert bad.returncode == 2 and "no such run directory" in bad.stderr
 
@@ -128,6 +130,10 @@ def test_a_recipe_report_lists_its_stages_and_links_their_reports(tmp_path):
     run_recipe(str(recipe), [*SOLVABLE, "sft.steps=5", "train.steps=1", "eval.samples=0"], Reporter(enabled=False), out=str(out))
     page = (out / REPORT).read_text()
     assert "<a href='01-cold/report.html'>cold</a>" in page and "<a href='02-rl/report.html'>rl</a>" in page
+    assert "id='ledger'" not in page  # a recipe's page lists stages; each stage's own page has its ledger
+    stage = (out / "02-rl" / REPORT).read_text()  # before_rl and after_rl, eval.samples = 0: no ledger, and the page says why
+    assert "no ledger: its evaluations drew no samples (eval.samples = 0)" in stage and "<nav>" in stage
+    assert json.loads((out / "02-rl" / "summary.json").read_text())["ledger"] is None
     assert (out / "01-cold" / REPORT).is_file() and "id='fig-recipe'" in page
 
 
@@ -262,3 +268,60 @@ def test_a_figure_is_drawn_again_only_when_what_it_reads_has_changed(reported_ru
     run.records = run.records[:-1]  # the metrics changed: the figures reading them
     figures.draw_all([run])
     assert set(drawn) == {"reward", "held-out", "behaviour", "hack"}
+
+
+def _ledger_table(page: str) -> dict[str, dict[str, int]]:
+    """The ledger section's table as {level: {class or "problems": count}} (a one-run page: no run column)."""
+    section = page.split("<h2 id='ledger'>")[1].split("<h2")[0]
+    head = re.findall(r"<th>(.*?)</th>", section)
+    rows = [re.findall(r"<td[^>]*>(.*?)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", section.split("<tbody>")[1])]
+    return {cells[0]: {h: int(c) for h, c in zip(head[1:], cells[1:])} for cells in rows}
+
+
+def test_the_discovery_ledger_is_what_the_two_sample_files_say(reported_run):
+    from rlvr.stages.estimators import LEDGER_CLASSES, discovery_ledger
+
+    run_dir, _ = reported_run
+    page = (run_dir / REPORT).read_text()
+    assert "<a href='#ledger'>ledger</a>" in page and "<b>discovered</b>, the start never solved it in N samples" in page
+    # the start (after SFT) and the end (after RL): 4 samples of each of the 20 held-out problems, counted here from the files
+    problems, n = len(read_jsonl_tolerant(run_dir / "eval_after_rl.jsonl")), 4
+    solved, levels = {}, {}
+    for name in ("after_sft", "after_rl"):
+        rows = read_jsonl_tolerant(run_dir / f"eval_{name}_samples.jsonl")
+        assert len(rows) == problems * n
+        solved[name] = [sum(r["reward"] == 1.0 for r in rows if r["problem"] == i) for i in range(problems)]
+        levels.update({r["problem"]: str(r["level"]) for r in rows})
+    expected = discovery_ledger(solved["after_sft"], solved["after_rl"], n, [levels[i] for i in range(problems)])
+    table = _ledger_table(page)
+    assert table == {level: {**counts, "problems": sum(counts.values())} for level, counts in [*expected["by_level"].items(),
+                                                                                                ("all", expected["counts"])]}
+    assert table["all"]["problems"] == problems == 20 and sum(table[level]["problems"] for level in expected["by_level"]) == problems
+    assert list(table["all"])[:-1] == list(LEDGER_CLASSES)
+    assert ("after_sft &rarr; after_rl, judged by substring_answer: N = 4 samples per problem from each model on 20 held-out problems, "
+            "80 samples of the start and 80 of the end.") in page
+    ledger = json.loads((run_dir / "summary.json").read_text())["ledger"]  # the counts are in the run's results too
+    assert {k: v for k, v in ledger.items() if k not in ("start", "end")} == {k: v for k, v in expected.items() if k != "classes"}
+    assert (ledger["start"], ledger["end"], ledger["samples_per_model"]) == ("after_sft", "after_rl", 80)
+
+
+def test_a_run_without_the_two_sampled_evaluations_says_why_it_has_no_ledger(reported_run, tmp_path):
+    run_dir, _ = reported_run
+    copy = tmp_path / "one"
+    shutil.copytree(run_dir, copy, ignore=shutil.ignore_patterns("checkpoints", "model", "sft", "init"))
+    summary = json.loads((copy / "summary.json").read_text())
+    (copy / "eval_after_rl_samples.jsonl").unlink()  # the evaluation is recorded, its samples are gone
+    assert load_run(copy).no_ledger == "eval_after_rl_samples.jsonl does not hold 4 sampled completions of each of the 20 problems"
+    del summary["eval"]["after_rl"]  # one evaluation only
+    (copy / "summary.json").write_text(json.dumps(summary))
+    page = write_report([copy]).read_text()
+    section = page.split("<h2 id='ledger'>Discovery ledger</h2>")[1].split("<h2")[0]
+    assert "no ledger: it compares the evaluation RL started from (after_sft or before_rl) with after_rl, and this run has after_sft only" in section
+    assert "<a href='#ledger'>ledger</a>" in page and "<table>" not in section
+    for result in summary["eval"].values():  # no evaluation drew samples
+        result["samples_per_problem"] = 0
+    (copy / "summary.json").write_text(json.dumps(summary))
+    assert load_run(copy).no_ledger.startswith("its evaluations drew no samples (eval.samples = 0)")
+    summary["eval"] = {}  # no evaluation at all: no section
+    (copy / "summary.json").write_text(json.dumps(summary))
+    assert (load_run(copy).ledger, load_run(copy).no_ledger) == (None, "")

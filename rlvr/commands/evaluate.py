@@ -28,7 +28,7 @@ from rlvr.models import resolve_device
 from rlvr.reward import answer_check, build_reward_terms, close_reward_terms, correctness_name, correctness_term, other_terms
 from rlvr.runtime import apply_run_settings, check_engine, evaluation_options, forward_precision, new_run_dir
 from rlvr.sources import ModelSource, resolve_model
-from rlvr.stages.estimators import LEDGER_CLASSES, discovery_ledger
+from rlvr.stages.estimators import LEDGER_CLASSES, discovery_ledger, solved_counts
 from rlvr.stages.evaluate import EvalResult, evaluate, num_batches, percent, write_eval
 from rlvr.tasks import load_splits, task_for
 
@@ -131,15 +131,8 @@ def run_eval(spec: str, overrides: list[str], reporter: Reporter, *, config_path
 def ledger_of(start: EvalResult, end: EvalResult, problems: list[Example]) -> dict:
     """The discovery ledger of two evaluations of the same problems with the same N (rlvr.stages.estimators), with
     one row per problem: the start's pass@1 and pass@N, the end's, and the class."""
-    n = start.samples_per_problem
-
-    def solved(result: EvalResult) -> list[int]:
-        counts = [0] * len(problems)
-        for row in result.sampled_rows:
-            counts[row["problem"]] += row["reward"] == 1.0  # a missing verdict counts as wrong, as in pass@k
-        return counts
-
-    s, e = solved(start), solved(end)
+    n, problems = start.samples_per_problem, problems[: start.num_problems]  # eval.max_problems: only the first were evaluated
+    s, e = solved_counts(start.sampled_rows, len(problems)), solved_counts(end.sampled_rows, len(problems))
     ledger = discovery_ledger(s, e, n, [str(p.level) for p in problems])
     ledger["rows"] = [{"problem": i, "level": p.level, "prompt": p.prompt, "start_pass@1": s[i] / n, f"start_pass@{n}": float(s[i] > 0),
                        "end_pass@1": e[i] / n, f"end_pass@{n}": float(e[i] > 0), "class": cls}

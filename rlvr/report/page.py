@@ -19,6 +19,7 @@ from rlvr.doctor import MIN_STEPS
 from rlvr.files import atomic_write_text
 import rlvr.report.figures as figures  # the submodule itself: this package's __init__ imports this module
 from rlvr.report.runs import Run, load_run, metric_keys, series
+from rlvr.stages.estimators import LEDGER_CLASSES
 
 REPORT = "report.html"
 MAX_RL_SAMPLES = 2000  # the newest, per run
@@ -151,6 +152,36 @@ def _held_out(runs: list[Run]) -> str:
             "(reward.correctness, else the first of reward.functions); every other term's greedy mean has its own column.</p>" +
             _table(["run", "evaluation", "judged by", "greedy accuracy [95% CI]", *others, "pass@1", "pass@k", "maj@k", "shows work",
                     "mean length", "problems"], rows, 3))
+
+
+def _ledger(runs: list[Run]) -> str:
+    """Each run's discovery ledger (runs.run_ledger): held-out problems per class, per level and overall, with
+    what it cost; a run with evaluations but no ledger says why. Omitted when no run has an evaluation."""
+    rows, notes, costs = [], [], []
+    for run in runs:
+        who = _e(run.name) if len(runs) > 1 else ""
+        if run.ledger is None and not run.no_ledger:  # no evaluation (a recipe's page, a run just started): nothing to say
+            continue
+        if run.ledger is None:
+            notes.append(f"<div class='quiet'>{who + ': ' if who else ''}no ledger: {_e(run.no_ledger)}.</div>")
+            continue
+        ledger = run.ledger
+        levels = [(level, counts) for level, counts in ledger["by_level"].items() if level != "None"]  # a task without levels: "all" only
+        for level, counts in [*levels, ("all", ledger["counts"])]:
+            rows.append([who, _e(level), *(str(counts[c]) for c in LEDGER_CLASSES), str(sum(counts.values()))])
+        costs.append(f"{who + ': ' if who else ''}{_e(ledger['start'])} &rarr; {_e(ledger['end'])}, judged by {_e(run.judge)}: "
+                     f"N = {ledger['samples_per_problem']} samples per problem from each model on {ledger['problems']} held-out "
+                     f"problems, {ledger['samples_per_model']} samples of the start and {ledger['samples_per_model']} of the end.")
+    if not rows and not notes:
+        return ""
+    meaning = ("<p class='meta'>Each held-out problem is classed from N samples of the model RL started from and N of the model "
+               "after RL (a sample counts when it has full marks): <b>discovered</b>, the start never solved it in N samples and the "
+               "end does; <b>sharpened</b> / <b>unchanged</b> / <b>blunted</b>, both solve it and the end's pass@1 is above, equal "
+               "to or below the start's; <b>lost</b>, the start solved it and the end never does; <b>unsolved</b>, neither. Discovered "
+               "against sharpened asks whether RL found new solutions or made the start's likelier.</p>")
+    table = _table(["run", "level", *LEDGER_CLASSES, "problems"], rows, 2) if rows else ""
+    return ("<h2 id='ledger'>Discovery ledger</h2>" + meaning + "".join(f"<p class='meta'>{c}</p>" for c in costs) + table +
+            "".join(notes))
 
 
 def _doctor(runs: list[Run]) -> str:
@@ -287,10 +318,10 @@ def _samples(runs: list[Run]) -> str:
 def render(runs: list[Run]) -> str:
     """The whole page for one run, or several overlaid."""
     title = " vs ".join(r.name for r in runs)
-    sections = {"stages": _recipe(runs), "held-out": _held_out(runs), "plots": _figures(runs), "doctor": _doctor(runs),
-                "monitor": _monitor(runs), "samples-section": _samples(runs), "settings": _settings(runs)}
-    titles = {"stages": "stages", "held-out": "held-out", "plots": "plots", "doctor": "doctor", "monitor": "hack monitor",
-              "samples-section": "samples", "settings": "settings"}
+    sections = {"stages": _recipe(runs), "held-out": _held_out(runs), "ledger": _ledger(runs), "plots": _figures(runs),
+                "doctor": _doctor(runs), "monitor": _monitor(runs), "samples-section": _samples(runs), "settings": _settings(runs)}
+    titles = {"stages": "stages", "held-out": "held-out", "ledger": "ledger", "plots": "plots", "doctor": "doctor",
+              "monitor": "hack monitor", "samples-section": "samples", "settings": "settings"}
     nav = "".join(f"<a href='#{anchor}'>{titles[anchor]}</a>" for anchor, html_ in sections.items() if html_)
     return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><meta name='viewport' content='width=device-width, initial-scale=1'>"
             f"<title>rlvr report: {_e(title)}</title><style>{STYLE}</style></head><body>"

@@ -4,13 +4,16 @@ A report can be drawn while the run is going (the loop refreshes it every run.re
 steps), after it ended, or after it was killed: every file is read as it is on disk, a torn last
 line of a JSONL file is skipped (the writer fsyncs line by line, so only the last can be torn),
 and held-out figures come from summary.json at the end or, before that, from the newest phase
-checkpoint's recorded evaluations. A run directory of an older rlvr's layout is refused
+checkpoint's recorded evaluations. The discovery ledger is computed from the sampled completions
+the evaluations before and after RL wrote (eval_<name>_samples.jsonl), by the same function
+`rlvr eval --compare` uses. A run directory of an older rlvr's layout is refused
 (checkpoint.refuse_older_layout); a recipe's report reads only its stage.json rows, which did not change.
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,6 +22,7 @@ from rlvr.config import Config, ConfigError, load_config
 from rlvr.doctor import Verdict, diagnose
 from rlvr.metrics import STOP_FILE
 from rlvr.reward import correctness_name
+from rlvr.stages.estimators import discovery_ledger, solved_counts
 
 RUN_FILES = ("metrics.jsonl", "sft_metrics.jsonl", "summary.json", "config.toml")
 
@@ -39,6 +43,8 @@ class Run:
     stopped: dict | None = None
     verdicts: list[Verdict] = field(default_factory=list)
     stages: list[dict] = field(default_factory=list)  # a recipe's rows (stage.json of each stage)
+    ledger: dict | None = None  # the discovery ledger from the evaluation RL started from to after_rl (run_ledger)
+    no_ledger: str = ""  # why there is none, when the run has evaluations
 
     @property
     def finished(self) -> bool:
@@ -100,6 +106,43 @@ def _recorded_evals(run_dir: Path) -> dict[str, dict]:
     return newest[1] if newest else {}
 
 
+def run_ledger(run_dir: Path, evals: dict[str, dict]) -> tuple[dict | None, str]:
+    """The discovery ledger of a run (`rlvr.stages.estimators.discovery_ledger`, without the per-problem classes,
+    with "start" and "end" naming the two evaluations), from the sampled completions of the evaluation RL started
+    from (after_sft or before_rl) and of after_rl, as their eval_<name>_samples.jsonl files hold them; or None and
+    why there is none ("" when the run has no evaluation at all)."""
+    if not evals:
+        return None, ""
+    unsampled = "its evaluations drew no samples (eval.samples = 0); the ledger classes each problem from N samples of each model"
+    start = next((name for name in ("after_sft", "before_rl") if name in evals), None)
+    if start is None or "after_rl" not in evals:
+        if not any(e.get("samples_per_problem") for e in evals.values()):
+            return None, unsampled
+        return None, (f"it compares the evaluation RL started from (after_sft or before_rl) with after_rl, and this run has "
+                      f"{' and '.join(evals)} only")
+    n, n_end = (evals[name].get("samples_per_problem") or 0 for name in (start, "after_rl"))
+    if n == n_end == 0:
+        return None, unsampled
+    problems = evals[start].get("num_problems") or 0
+    if n != n_end or problems != evals["after_rl"].get("num_problems"):
+        return None, (f"{start} and after_rl differ: {n} and {n_end} samples of {problems} and {evals['after_rl'].get('num_problems')} "
+                      "problems (eval settings changed on resume); the ledger compares the same N samples of the same problems")
+    sides = {}
+    for name in (start, "after_rl"):
+        rows = read_jsonl_tolerant(run_dir / f"eval_{name}_samples.jsonl")
+        if Counter(r.get("problem") for r in rows) != dict.fromkeys(range(problems), n):
+            return None, f"eval_{name}_samples.jsonl does not hold {n} sampled completions of each of the {problems} problems"
+        sides[name] = rows
+    prompts = [{r["problem"]: r.get("prompt") for r in rows} for rows in sides.values()]
+    if prompts[0] != prompts[1]:
+        return None, f"{start} and after_rl were evaluated on different problems"
+    levels = {r["problem"]: str(r.get("level")) for r in sides[start]}
+    ledger = discovery_ledger(solved_counts(sides[start], problems), solved_counts(sides["after_rl"], problems), n,
+                              [levels[i] for i in range(problems)])
+    del ledger["classes"]
+    return {"start": start, "end": "after_rl", **ledger}, ""
+
+
 def load_run(path: str | Path) -> Run:
     """Everything a report shows of one run directory (a `rlvr train`/`lab` run, or a recipe's
     output directory); a directory holding none of a run's files is refused, naming it."""
@@ -127,6 +170,7 @@ def load_run(path: str | Path) -> Run:
     run.evals = run.summary["eval"] if run.summary else _recorded_evals(run_dir)
     for evaluation in run.evals:
         run.eval_rows[evaluation] = read_jsonl_tolerant(run_dir / f"eval_{evaluation}.jsonl")
+    run.ledger, run.no_ledger = run_ledger(run_dir, run.evals)
     run.stopped = _read_json(run_dir / STOP_FILE)
     run.verdicts = diagnose(run.records, run.config)
     return run

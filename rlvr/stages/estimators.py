@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from fractions import Fraction
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 
 def _check_k(metric: str, k: int, n: int) -> None:
@@ -185,6 +185,20 @@ def discovery_class(start_solved: int, end_solved: int) -> str:
     if end_solved == 0:
         return "lost"
     return "sharpened" if end_solved > start_solved else "blunted" if end_solved < start_solved else "unchanged"
+
+
+def solved_counts(rows: Iterable[Mapping], problems: int) -> list[int]:
+    """How many sampled completions of each of `problems` problems have full marks, from an evaluation's sampled
+    rows ({"problem": index, "reward": verdict}, as eval_<name>_samples.jsonl holds them): the ledger's input. A
+    missing verdict counts as wrong, as in pass@k.
+
+    >>> solved_counts([{"problem": 0, "reward": 1.0}, {"problem": 0, "reward": None}, {"problem": 1, "reward": 0.5}], 2)
+    [1, 0]
+    """
+    counts = [0] * problems
+    for row in rows:
+        counts[row["problem"]] += row["reward"] == 1.0
+    return counts
 
 
 def discovery_ledger(start_solved: Sequence[int], end_solved: Sequence[int], n: int, levels: Sequence[str]) -> dict:
