@@ -490,3 +490,17 @@ def test_multi_turn_through_a_server_is_as_in_process(tool_tiny, tool_server):
         for name in ("prompt_ids_BP", "prompt_mask_BP", "completion_ids_BT", "completion_mask_BT", "context_mask_BT", "sample_logp_BT",
                      "truncated_B"):
             assert torch.equal(getattr(got.rollouts, name), getattr(want.rollouts, name)), (sampling.greedy, name)
+
+
+def test_rlvr_check_measures_vllm_through_the_sampler_s_log_probs():
+    """`rlvr check` with rollout.engine = vllm: vLLM's logits are not exposed, so its engine is measured by the
+    log-probs it sampled with against the learner's (fp32 on CPU: the same to 1e-3 of their spread)."""
+    from rlvr.commands.check import run_checks
+    from rlvr.config import load_config
+
+    overrides = ["rollout.engine=vllm", "rollout.max_new_tokens=10", "rollout.group_size=4"]  # the lab model: vLLM's CPU attention takes its head size
+    report = run_checks(load_config(overrides=overrides), config_path=None, overrides=overrides, skip={"resume"})
+    found = {f.name: f for f in report.findings}
+    assert not report.failed, report.findings
+    assert found["engine"].status == "skip" and "rollout.engine = vllm" in found["engine"].measured
+    assert found["sampler_logprobs"].status == "pass" and " tokens: mean |difference|" in found["sampler_logprobs"].measured
