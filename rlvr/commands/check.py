@@ -37,6 +37,7 @@ from pathlib import Path
 import torch
 from rich.markup import escape as markup_escape
 from rich.table import Table
+from transformers import PreTrainedModel
 
 from rlvr.config import Config, ConfigError
 from rlvr.data import Example, chat_prompts, format_prompt, prompt_messages
@@ -199,7 +200,7 @@ class _GradientCapture(torch.optim.Optimizer):
                       for group in self.param_groups for p in group["params"]]
 
 
-def update_loss_and_gradient(learner: LocalLearner, rollouts: Rollouts, advantages_B: torch.Tensor, settings: UpdateSettings,
+def update_loss_and_gradient(learner: LocalLearner, policy: PreTrainedModel, rollouts: Rollouts, advantages_B: torch.Tensor, settings: UpdateSettings,
                              parts: list[torch.Tensor] | None, cfg: Config) -> tuple[float, torch.Tensor]:
     """The loss and the flattened gradient of one pass of the run's update on this batch, with the
     micro-batches `settings` plans or the ones given (`parts`), sharing the whole batch's normaliser."""
@@ -209,7 +210,7 @@ def update_loss_and_gradient(learner: LocalLearner, rollouts: Rollouts, advantag
     plan = plan_micro_batches(rollouts, advantages_B, None, settings)
     share = Share.whole(plan) if parts is None else Share(parts, len(parts))
     with forward_precision(cfg, learner.device):
-        log = run_update(learner.policy, capture, scheduler, rollouts, advantages_B, settings, plan, share, reference=learner.reference,
+        log = run_update(policy, capture, scheduler, rollouts, advantages_B, settings, plan, share, reference=learner.reference,
                          teacher=learner.teacher)
     for p in trainable:
         p.grad = None
@@ -222,13 +223,13 @@ def check_advantages(B: int, device: torch.device) -> torch.Tensor:
     return torch.tensor([(1.0 + i / B) * (-1) ** i for i in range(B)], device=device)
 
 
-def update_findings(learner: LocalLearner, rollouts: Rollouts, cfg: Config, tol: Tolerances, wanted: Callable[[str], bool]) -> list[Finding]:
+def update_findings(learner: LocalLearner, policy: PreTrainedModel, rollouts: Rollouts, cfg: Config, tol: Tolerances, wanted: Callable[[str], bool]) -> list[Finding]:
     B = rollouts.completion_ids_BT.shape[0]
     advantages = check_advantages(B, learner.device)
     one_pass = dataclasses.replace(learner.settings, num_iterations=1, max_grad_norm=0.0)
     whole_plan = dataclasses.replace(one_pass, micro_batch_size=B, micro_batch_tokens=0, bucket_overhead_tokens=0)
     rows = torch.arange(B, device=learner.device)
-    loss_ref, grad_ref = update_loss_and_gradient(learner, rollouts, advantages, whole_plan, [rows], cfg)
+    loss_ref, grad_ref = update_loss_and_gradient(learner, policy, rollouts, advantages, whole_plan, [rows], cfg)
     scale = float(grad_ref.norm())
     if scale == 0.0 or not math.isfinite(scale):
         return [Finding(name, "fail", f"the whole-batch gradient is {scale}", "the update computes no gradient on this batch: check the model's "
@@ -243,7 +244,7 @@ def update_findings(learner: LocalLearner, rollouts: Rollouts, cfg: Config, tol:
     lengths = rollouts.prompt_mask_BP.sum(1) + rollouts.spans_B
     padded_share = 1 - float(lengths.sum()) / (B * (rollouts.prompt_mask_BP.shape[1] + rollouts.completion_mask_BT.shape[1]))
     if wanted("padding"):
-        loss, grad = update_loss_and_gradient(learner, rollouts, advantages, whole_plan, [rows[i:i + 1] for i in range(B)], cfg)
+        loss, grad = update_loss_and_gradient(learner, policy, rollouts, advantages, whole_plan, [rows[i:i + 1] for i in range(B)], cfg)
         out.append(compare("padding", loss, grad, f"{B} rows alone against all in one micro-batch ({padded_share:.0%} of it padding)",
                            "padding changes the loss: a mean over padded positions, attention to padding, or positions counted "
                            "from the padded start (left padding); this model or its attention implementation does not mask padding"))
@@ -253,7 +254,7 @@ def update_findings(learner: LocalLearner, rollouts: Rollouts, cfg: Config, tol:
             split = dataclasses.replace(one_pass, micro_batch_size=max(1, math.ceil(B / 3)), micro_batch_tokens=0, bucket_overhead_tokens=0)
             how = "the run's plan is one micro-batch; split"
         sizes = sorted(len(p) for p in plan_micro_batches(rollouts, advantages, None, split).parts)
-        loss, grad = update_loss_and_gradient(learner, rollouts, advantages, split, None, cfg)
+        loss, grad = update_loss_and_gradient(learner, policy, rollouts, advantages, split, None, cfg)
         out.append(compare("micro_batches", loss, grad, f"{how} ({len(sizes)} micro-batches of {sizes[0]}-{sizes[-1]} rows) against one",
                            "accumulated micro-batches do not add up to the batch: a mean divided per micro-batch instead of by the whole "
                            "batch's normaliser"))
@@ -261,7 +262,7 @@ def update_findings(learner: LocalLearner, rollouts: Rollouts, cfg: Config, tol:
         budget = int(lengths.max())
         tight = dataclasses.replace(one_pass, micro_batch_size=B, micro_batch_tokens=budget, bucket_overhead_tokens=0)
         parts = plan_micro_batches(rollouts, advantages, None, tight).parts
-        loss, grad = update_loss_and_gradient(learner, rollouts, advantages, tight, None, cfg)
+        loss, grad = update_loss_and_gradient(learner, policy, rollouts, advantages, tight, None, cfg)
         out.append(compare("token_budget", loss, grad, f"train.micro_batch_tokens = {budget} ({len(parts)} micro-batches) against one",
                            "micro-batches cut by a token budget do not add up to the batch"))
     return out
@@ -270,18 +271,17 @@ def update_findings(learner: LocalLearner, rollouts: Rollouts, cfg: Config, tol:
 # ----------------------------------------------------------------------------- sampling
 
 
-def engine_finding(learner: LocalLearner, rollouts: Rollouts, cfg: Config, tol: Tolerances) -> Finding:
+def engine_finding(learner: LocalLearner, policy: PreTrainedModel, rollouts: Rollouts, cfg: Config, tol: Tolerances) -> Finding:
     """The engine's logits at every position of the sampled rows against one uncached full forward of each whole row."""
     if cfg.rollout.engine not in ("auto", "static", "transformers"):
         return Finding("engine", "skip", f"rollout.engine = {cfg.rollout.engine}: its logits are not exposed; sampler_logprobs measures it")
-    if learner._tools is not None:
+    if ToolSettings.from_config(cfg.rollout) is not None:
         return Finding("engine", "skip", "multi-turn rollouts: sampler_logprobs measures the engine on the sampled turns")
     G = cfg.rollout.group_size
     prompts, per = min(2, rollouts.prompt_ids_BP.shape[0] // G), min(G, 2)
     rows = torch.tensor([p * G + g for p in range(prompts) for g in range(per)], device=learner.device)
     part = rollouts.select(rows)
     P, T = part.prompt_ids_BP.shape[1], part.completion_ids_BT.shape[1]
-    policy = learner.policy
     distinct = part.prompt_ids_BP[::per], part.prompt_mask_BP[::per]
     ids = torch.cat([part.prompt_ids_BP, part.completion_ids_BT], 1)
     mask = torch.cat([part.prompt_mask_BP, part.completion_mask_BT], 1)
@@ -331,7 +331,7 @@ def engine_finding(learner: LocalLearner, rollouts: Rollouts, cfg: Config, tol: 
                    "rollout.engine = transformers uses the model's own forward")
 
 
-def sampler_finding(learner: LocalLearner, rollouts: Rollouts, cfg: Config, tol: Tolerances) -> Finding:
+def sampler_finding(learner: LocalLearner, policy: PreTrainedModel, rollouts: Rollouts, cfg: Config, tol: Tolerances) -> Finding:
     """The log-probs the sampler drew each token with against the learner's recomputation (what the update's ratio starts from)."""
     if rollouts.sample_logp_BT is None:
         return Finding("sampler_logprobs", "skip", f"rollout.engine = {cfg.rollout.engine} keeps no log-probs")
@@ -343,7 +343,7 @@ def sampler_finding(learner: LocalLearner, rollouts: Rollouts, cfg: Config, tol:
         for start in range(0, mask.shape[0], max(1, learner.settings.micro_batch_size)):
             rows = torch.arange(start, min(start + max(1, learner.settings.micro_batch_size), mask.shape[0]), device=learner.device)
             chunk = rollouts.select(rows)
-            logp, _ = policy_logprobs(learner.policy, chunk, learner.settings.temperature, with_entropy=False)
+            logp, _ = policy_logprobs(policy, chunk, learner.settings.temperature, with_entropy=False)
             width = logp.shape[1]
             keep = mask[rows, :width]
             gaps.append((logp.float() - rollouts.sample_logp_BT[rows, :width].float())[keep])
@@ -502,12 +502,14 @@ def run_checks(cfg: Config, *, config_path: str | None, overrides: list[str], sk
             model = add_lora(model, cfg.model)
         if cfg.distributed.backend == "ray" and cfg.rollout.seeding == "auto":  # what "auto" means on Ray: the ray check compares alike
             cfg = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, seeding="group"))
+        # The check drives the learner's own sampling and reads the update's gradient through run_update on the model
+        # it built and handed the learner (`model`), as a test would: a run's code never reads a learner's policy.
         learner = LocalLearner(model, tokenizer, cfg)
         with forward_precision(cfg, learner.device):
             rollouts = learner.generate(examples).rollouts
-        run(("padding", "micro_batches", "token_budget"), lambda: update_findings(learner, rollouts, cfg, tol, lambda n: n not in skip))
-        run(("engine",), lambda: [engine_finding(learner, rollouts, cfg, tol)])
-        run(("sampler_logprobs",), lambda: [sampler_finding(learner, rollouts, cfg, tol)])
+        run(("padding", "micro_batches", "token_budget"), lambda: update_findings(learner, model, rollouts, cfg, tol, lambda n: n not in skip))
+        run(("engine",), lambda: [engine_finding(learner, model, rollouts, cfg, tol)])
+        run(("sampler_logprobs",), lambda: [sampler_finding(learner, model, rollouts, cfg, tol)])
         if cfg.distributed.backend != "ray":
             findings.append(Finding("ray", "skip", "distributed.backend is local"))
         else:
