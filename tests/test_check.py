@@ -54,9 +54,9 @@ def chat_tokenizer(pad: str | None = None):
     return tokenizer
 
 
-def build(kind: str, tokenizer):
+def build(kind: str, tokenizer, **extra):
     torch.manual_seed(0)
-    shape = dict(SHAPE, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+    shape = dict(SHAPE, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, **extra)
     if kind == "llama":
         return LlamaForCausalLM(LlamaConfig(**shape))
     if kind == "mistral":
@@ -77,9 +77,9 @@ def data(tmp_path_factory) -> list[str]:
             "rollout.group_size=4", "rollout.max_new_tokens=12", "train.micro_batch_size=3", "run.threads=1", "sft.steps=0"]
 
 
-def model_dir(tmp_path_factory, kind: str, tokenizer) -> str:
+def model_dir(tmp_path_factory, kind: str, tokenizer, **extra) -> str:
     path = tmp_path_factory.mktemp(f"check-{kind}")
-    build(kind, tokenizer).save_pretrained(path)
+    build(kind, tokenizer, **extra).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return str(path)
 
@@ -89,9 +89,9 @@ def models(tmp_path_factory) -> dict[str, str]:
     return {kind: model_dir(tmp_path_factory, kind, chat_tokenizer()) for kind in ("llama", "mistral", "qwen2", "qwen3")}
 
 
-def check(overrides: list[str], skip=("resume",)):
+def check(overrides: list[str], skip=("resume",), prompts=2):
     cfg = load_config(None, overrides)
-    return run_checks(cfg, config_path=None, overrides=overrides, skip=set(skip))
+    return run_checks(cfg, config_path=None, overrides=overrides, skip=set(skip), prompts=prompts)
 
 
 def status(report) -> dict[str, str]:
@@ -187,6 +187,46 @@ def test_an_end_of_turn_that_does_not_stop_sampling_fails(data, tmp_path_factory
     report = check(data + [f"model.path={json.dumps(model_dir(tmp_path_factory, 'llama', tokenizer))}"])
     [failed] = report.failed
     assert failed.name == "end_of_turn" and "'<|im_end|>'" in failed.measured and "rollout.stop" in failed.fix
+
+
+def test_dropout_is_a_warning_and_the_comparisons_run_without_it(data, tmp_path_factory) -> None:
+    """With dropout on, two passes draw two masks: the comparisons would fail for no defect. They run with the dropout
+    modules off, and the finding says the run's ratios start off 1 by dropout's noise."""
+    path = model_dir(tmp_path_factory, "llama", chat_tokenizer(), attention_dropout=0.1)
+    for extra in ([], ["model.lora_rank=4", "model.lora_dropout=0.1"]):
+        report = check(data + [f"model.path={json.dumps(path)}", *extra])
+        assert not report.failed, report.findings
+        dropout = next(f for f in report.findings if f.name == "dropout")
+        assert dropout.status == "warn" and "config.attention_dropout = 0.1" in dropout.measured and "lora_dropout" in dropout.fix
+        assert ("Dropout modules (p = 0.1)" in dropout.measured) == bool(extra)
+
+
+def test_a_batch_without_padding_skips_the_padding_check(data, models) -> None:
+    report = check(data + [f"model.path={json.dumps(models['qwen3'])}", "rollout.group_size=2", "rollout.max_new_tokens=1"], prompts=1)
+    assert status(report)["padding"] == "skip" and "no padding to test" in next(f.measured for f in report.findings if f.name == "padding")
+
+
+def test_whitespace_a_word_start_marker_adds_after_a_special_token_is_not_a_rewrite() -> None:
+    """SentencePiece tokenizers that prepend their word-start marker ('<s>[INST]' -> '<s>', '▁[INST]') decode with a
+    space there: the ids are what the model was trained on, so the template check passes; other rewrites fail."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from rlvr.commands.check import template_findings
+    from rlvr.data import Example
+
+    backend = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True))
+    backend.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always", split=False)
+    backend.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)])
+    backend.train_from_iterator(["[INST] what is 1+2? [/INST] 3"] * 50, trainers.BpeTrainer(
+        vocab_size=200, special_tokens=["<unk>", "<s>", "</s>"], initial_alphabet=list("abcdefghijklmnopqrstuvwxyz[]/ INST?0123456789+=")))
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="<unk>")
+    tokenizer.chat_template = ("{{ bos_token }}{% for m in messages %}{{ '[INST] ' + m.content + ' [/INST]' }}{% endfor %}"
+                               "{% if add_generation_prompt %}{{ ' ' }}{% endif %}")
+    cfg = load_config(None, ["data.use_chat_template=true"])
+    [finding], shown = template_findings(tokenizer, [Example(prompt="what is 1+2?", answer="3")], cfg)
+    assert shown["tokens"][0] == "<s>" and shown["tokens"][1].startswith("\u2581[")
+    assert finding.status == "pass" and "differs only in whitespace next to special tokens" in finding.measured, finding
 
 
 def test_a_check_that_raises_fails_alone(data, models, monkeypatch) -> None:

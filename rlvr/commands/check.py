@@ -23,10 +23,13 @@ wrong; exit status 1, naming the cause and what to change) or skip (does not app
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -39,18 +42,19 @@ from rich.markup import escape as markup_escape
 from rich.table import Table
 from transformers import PreTrainedModel
 
+from rlvr.architecture import LLAMA_FAMILY, base_model, fp32_output_head, logits_in_fp32
 from rlvr.config import Config, ConfigError
 from rlvr.data import Example, chat_prompts, format_prompt, prompt_messages
 from rlvr.learner import LocalLearner
 from rlvr.metrics import read_jsonl_records
-from rlvr.models import add_lora
+from rlvr.models import add_lora, resolve_device
 from rlvr.rollout import Rollouts, make_engine
 from rlvr.rollout.multiturn import ToolRenderer, ToolSettings
 from rlvr.runtime import apply_run_settings, forward_precision, prepare_model, seed_everything
 from rlvr.tasks import load_splits
 from rlvr.update import Share, UpdateSettings, plan_micro_batches, policy_logprobs, run_update
 
-CHECKS = ("template", "end_of_turn", "pad_token", "padding", "micro_batches", "token_budget", "engine", "sampler_logprobs", "ray",
+CHECKS = ("template", "end_of_turn", "pad_token", "dropout", "padding", "micro_batches", "token_budget", "engine", "sampler_logprobs", "ray",
           "resume")
 MARK = "\u2063rlvr-check-reply\u2063"  # an assistant reply no template rewrites, to find what follows it
 
@@ -73,16 +77,16 @@ class Tolerances:
     per-micro-batch mean, a position off by one) differs by 1e-2 and more."""
 
     gradient: float  # |g_a - g_b| / |g_b|, and the loss's difference over max(|loss|, 1)
-    logprob: float  # a token's log-prob difference over the spread of log-probs (their standard deviation)
-    # Low precision only: the engine's next-token distributions against the full forward's, by the probability mass
-    # moved (total variation), on average over positions. The largest of 49,152 x 273 bf16 log-prob differences is
-    # too noisy a statistic (0.15 of the spread on SmolLM2 with nothing wrong); the mass moved is 0.012 there.
-    engine_mass: float | None
+    logprob: float  # the sampler: a sampled token's log-prob difference over the spread of the sampled log-probs
+    # The engine: the largest difference over every vocabulary entry and position, over the spread of the log-probs.
+    # In bf16 that maximum over 49,152 x 273 values is 0.15 of the spread on SmolLM2 with nothing wrong and 2.1 with
+    # positions off by one (the mean mass moved, 0.014 against 0.068, separates them far less).
+    engine: float
 
     @classmethod
     def of(cls, cfg: Config) -> Tolerances:
         low = cfg.run.autocast != "none" or cfg.run.dtype in ("bfloat16", "float16")
-        return cls(gradient=0.2, logprob=0.2, engine_mass=0.05) if low else cls(gradient=1e-3, logprob=1e-3, engine_mass=None)
+        return cls(gradient=0.2, logprob=0.2, engine=0.5) if low else cls(gradient=1e-3, logprob=1e-3, engine=1e-3)
 
 
 # ----------------------------------------------------------------------------- the template and tokens
@@ -97,7 +101,12 @@ def template_findings(tokenizer, examples: list[Example], cfg: Config) -> tuple[
     shown = {"text": text, "ids": ids, "tokens": tokenizer.convert_ids_to_tokens(ids)}
     problems, warnings = [], []
     back = tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
-    if back != text:
+    exact = "exact"
+    if back != text and _spaced_at_specials(back, tokenizer) == _spaced_at_specials(text, tokenizer):
+        # SentencePiece's word-start marker after a special token ('<s>[INST]' -> '<s>', '▁[INST]'): the model was trained on these ids
+        exact = "differs only in whitespace next to special tokens"
+    elif back != text:
+        exact = "differs"
         at = next((i for i, (a, b) in enumerate(zip(back, text)) if a != b), min(len(back), len(text)))
         problems.append(f"the prompt does not survive encode -> decode (first difference at character {at}: "
                         f"{text[at:at + 20]!r} became {back[at:at + 20]!r}); the tokenizer rewrites text, so the model "
@@ -115,9 +124,17 @@ def template_findings(tokenizer, examples: list[Example], cfg: Config) -> tuple[
         if expects:
             warnings.append(f"the tokenizer puts BOS {tokenizer.bos_token!r} first, but the prompts have none (rlvr encodes the "
                             "template's text as written); if the model was trained with BOS, put it in the template or data.system_prompt")
-    measured = f"{len(ids)} tokens, {'chat template' if chat else 'plain text (no chat template)'}; encode -> decode {'differs' if back != text else 'exact'}"
+    measured = f"{len(ids)} tokens, {'chat template' if chat else 'plain text (no chat template)'}; encode -> decode {exact}"
     status = "fail" if problems else "warn" if warnings else "pass"
     return [Finding("template", status, measured, "; ".join(problems + warnings))], shown
+
+
+def _spaced_at_specials(text: str, tokenizer) -> str:
+    """`text` without the whitespace directly around the tokenizer's added tokens."""
+    pieces = sorted({t.content for t in tokenizer.added_tokens_decoder.values() if t.content}, key=len, reverse=True)
+    if not pieces:
+        return text
+    return re.sub(r"\s*(" + "|".join(re.escape(p) for p in pieces) + r")\s*", r"\1", text)
 
 
 def render(tokenizer, messages: list[dict], data, *, add_generation_prompt: bool) -> str:
@@ -188,7 +205,8 @@ def pad_finding(tokenizer, examples: list[Example], cfg: Config) -> Finding:
 
 class _GradientCapture(torch.optim.Optimizer):
     """An optimizer that moves nothing and keeps the gradient it is asked to step on: the check reads
-    the gradient the run's own update computes (rlvr.update.run_update), unclipped."""
+    the gradient the run's own update computes (rlvr.update.run_update), unclipped. Kept in host
+    memory, so a device holds no more than the run's own update does."""
 
     def __init__(self, params: list[torch.nn.Parameter]):
         super().__init__(params, {"lr": 0.0})
@@ -196,14 +214,55 @@ class _GradientCapture(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):  # noqa: ARG002 - the Optimizer signature
-        self.grads = [torch.zeros_like(p) if p.grad is None else p.grad.detach().float().clone()
+        self.grads = [torch.zeros(p.shape) if p.grad is None else p.grad.detach().float().cpu()
                       for group in self.param_groups for p in group["params"]]
 
 
+def norm(grads: list[torch.Tensor]) -> float:
+    return math.sqrt(sum(float(g.square().sum()) for g in grads))
+
+
+def distance(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
+    return math.sqrt(sum(float((x - y).square().sum()) for x, y in zip(a, b)))
+
+
+def dropout_sources(model: torch.nn.Module) -> list[str]:
+    """Where dropout is on: Dropout modules (LoRA's lora_dropout, older architectures) and the config's own rates,
+    which Llama-family attention applies functionally while the model is in training mode."""
+    modules = [m.p for m in model.modules() if isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.p > 0]
+    config = getattr(base_model(model), "config", None)
+    rates = {k: v for k, v in (vars(config).items() if config is not None else ()) if (k.endswith("dropout") or k.endswith("pdrop"))
+             and isinstance(v, float) and v > 0}
+    out = [f"config.{k} = {v:g}" for k, v in sorted(rates.items())]
+    return out + ([f"{len(modules)} Dropout modules (p = {', '.join(f'{p:g}' for p in sorted(set(modules)))})"] if modules else [])
+
+
+@contextlib.contextmanager
+def dropout_off(model: torch.nn.Module, sources: list[str]):
+    """The model in eval mode while the comparisons run, when dropout is on (two passes would draw two masks); gradient
+    checkpointing, which transformers applies in training mode only, recomputes the same values and is left out then."""
+    was = model.training
+    if sources:
+        model.eval()
+    try:
+        yield
+    finally:
+        model.train(was)
+
+
+def dropout_finding(sources: list[str]) -> Finding:
+    if not sources:
+        return Finding("dropout", "pass", "no dropout: the update scores tokens as the sampler drew them")
+    return Finding("dropout", "warn", f"dropout is on ({'; '.join(sources)}); the checks below ran the model without it",
+                   "the update runs the model with dropout while sampling runs without: every ratio starts off 1 by the dropout's "
+                   "noise; RL trainers switch it off (the model config's *_dropout, model.lora_dropout = 0)")
+
+
 def update_loss_and_gradient(learner: LocalLearner, policy: PreTrainedModel, rollouts: Rollouts, advantages_B: torch.Tensor, settings: UpdateSettings,
-                             parts: list[torch.Tensor] | None, cfg: Config) -> tuple[float, torch.Tensor]:
-    """The loss and the flattened gradient of one pass of the run's update on this batch, with the
-    micro-batches `settings` plans or the ones given (`parts`), sharing the whole batch's normaliser."""
+                             parts: list[torch.Tensor] | None, cfg: Config) -> tuple[float, list[torch.Tensor]]:
+    """The loss and the gradient (per trainable parameter, on the host) of one pass of the run's update
+    on this batch, with the micro-batches `settings` plans or the ones given (`parts`), sharing the
+    whole batch's normaliser."""
     trainable = [p for group in learner.optimizer.param_groups for p in group["params"]]
     capture = _GradientCapture(trainable)
     scheduler = torch.optim.lr_scheduler.LambdaLR(capture, lambda _: 1.0)
@@ -214,7 +273,7 @@ def update_loss_and_gradient(learner: LocalLearner, policy: PreTrainedModel, rol
                          teacher=learner.teacher)
     for p in trainable:
         p.grad = None
-    return log.loss, torch.cat([g.flatten() for g in capture.grads])
+    return log.loss, capture.grads
 
 
 def check_advantages(B: int, device: torch.device) -> torch.Tensor:
@@ -230,20 +289,22 @@ def update_findings(learner: LocalLearner, policy: PreTrainedModel, rollouts: Ro
     whole_plan = dataclasses.replace(one_pass, micro_batch_size=B, micro_batch_tokens=0, bucket_overhead_tokens=0)
     rows = torch.arange(B, device=learner.device)
     loss_ref, grad_ref = update_loss_and_gradient(learner, policy, rollouts, advantages, whole_plan, [rows], cfg)
-    scale = float(grad_ref.norm())
+    scale = norm(grad_ref)
     if scale == 0.0 or not math.isfinite(scale):
         return [Finding(name, "fail", f"the whole-batch gradient is {scale}", "the update computes no gradient on this batch: check the model's "
                         "trainable parameters (LoRA targets) and algo settings") for name in ("padding", "micro_batches", "token_budget") if wanted(name)]
 
-    def compare(name: str, loss: float, grad: torch.Tensor, how: str, fix: str) -> Finding:
-        gap, loss_gap = float((grad - grad_ref).norm()) / scale, abs(loss - loss_ref) / max(abs(loss_ref), 1.0)
+    def compare(name: str, loss: float, grad: list[torch.Tensor], how: str, fix: str) -> Finding:
+        gap, loss_gap = distance(grad, grad_ref) / scale, abs(loss - loss_ref) / max(abs(loss_ref), 1.0)
         measured = f"{how}: gradient differs by {gap:.1e} of its norm, loss by {loss_gap:.1e} (tolerance {tol.gradient:.0e})"
         return Finding(name, "pass" if max(gap, loss_gap) <= tol.gradient else "fail", measured, "" if max(gap, loss_gap) <= tol.gradient else fix)
 
     out = []
     lengths = rollouts.prompt_mask_BP.sum(1) + rollouts.spans_B
     padded_share = 1 - float(lengths.sum()) / (B * (rollouts.prompt_mask_BP.shape[1] + rollouts.completion_mask_BT.shape[1]))
-    if wanted("padding"):
+    if wanted("padding") and (B < 2 or padded_share == 0.0):
+        out.append(Finding("padding", "skip", f"{B} rows of equal length: no padding to test; raise --prompts or rollout.group_size"))
+    elif wanted("padding"):
         loss, grad = update_loss_and_gradient(learner, policy, rollouts, advantages, whole_plan, [rows[i:i + 1] for i in range(B)], cfg)
         out.append(compare("padding", loss, grad, f"{B} rows alone against all in one micro-batch ({padded_share:.0%} of it padding)",
                            "padding changes the loss: a mean over padded positions, attention to padding, or positions counted "
@@ -259,7 +320,7 @@ def update_findings(learner: LocalLearner, policy: PreTrainedModel, rollouts: Ro
                            "accumulated micro-batches do not add up to the batch: a mean divided per micro-batch instead of by the whole "
                            "batch's normaliser"))
     if wanted("token_budget"):
-        budget = int(lengths.max())
+        budget = 2 * int(lengths.max())  # two of the longest rows: micro-batches cut by tokens that still pad rows together
         tight = dataclasses.replace(one_pass, micro_batch_size=B, micro_batch_tokens=budget, bucket_overhead_tokens=0)
         parts = plan_micro_batches(rollouts, advantages, None, tight).parts
         loss, grad = update_loss_and_gradient(learner, policy, rollouts, advantages, tight, None, cfg)
@@ -286,49 +347,57 @@ def engine_finding(learner: LocalLearner, policy: PreTrainedModel, rollouts: Rol
     ids = torch.cat([part.prompt_ids_BP, part.completion_ids_BT], 1)
     mask = torch.cat([part.prompt_mask_BP, part.completion_mask_BT], 1)
     worst, where, count, spreads, distances = 0.0, "", 0, [], []
+    temperature = cfg.rollout.temperature
     was_training = policy.training
     policy.eval()
     try:
         with torch.no_grad(), forward_precision(cfg, learner.device):
-            # built under autocast, as generate builds it: the engine decides there whether it may pack fp32 weights
-            engine = make_engine(policy, cfg.rollout.engine, P + T, max(T, 1))
-            positions = (mask.cumsum(1) - 1).clamp(min=0)
-            full = policy(input_ids=ids, attention_mask=mask, position_ids=positions).logits.float()
-            full = torch.log_softmax(full / cfg.rollout.temperature, -1)
-            step_logits = [engine.prefill(*distinct, per)]
+            # As generate builds it: under autocast (where it decides whether it may pack fp32 weights), for the whole
+            # batch's prompt width plus rollout.max_new_tokens (what decides whether the static engine applies).
+            engine = make_engine(policy, cfg.rollout.engine, rollouts.prompt_ids_BP.shape[1] + cfg.rollout.max_new_tokens,
+                                 cfg.rollout.max_new_tokens)
+            reference = full_forward(policy, ids, mask)
             prompt_len = part.prompt_mask_BP.sum(1)
-            for t in range(T - 1):
-                step_logits.append(engine.step(part.completion_ids_BT[:, t], prompt_len + t))
+            for t in range(T):
+                logits = engine.prefill(*distinct, per) if t == 0 else engine.step(part.completion_ids_BT[:, t - 1], prompt_len + t - 1)
+                live = part.completion_mask_BT[:, t].bool()
+                if not live.any():
+                    break
+                got = torch.log_softmax(logits.float()[live] / temperature, -1)
+                want = torch.log_softmax(reference(P - 1 + t)[live] / temperature, -1)
+                gap = float((got - want).abs().max())
+                spreads.append(want.std(-1))
+                distances.append(0.5 * (got.exp() - want.exp()).abs().sum(-1))  # total variation: the probability mass moved
+                count += int(live.sum())
+                if gap > worst:
+                    worst, where = gap, f"completion token {t}"
     finally:
         policy.train(was_training)
-    for t, logits in enumerate(step_logits):
-        live = part.completion_mask_BT[:, t].bool()
-        if not live.any():
-            break
-        got = torch.log_softmax(logits.float() / cfg.rollout.temperature, -1)[live]
-        want = full[live, P - 1 + t]
-        gap = float((got - want).abs().max())
-        spreads.append(want.std(-1))
-        distances.append(0.5 * (got.exp() - want.exp()).abs().sum(-1))  # total variation: the probability mass moved
-        count += int(live.sum())
-        if gap > worst:
-            worst, where = gap, f"completion token {t}"
     name = type(engine).__name__
     spread = float(torch.cat(spreads).mean()) if spreads else 1.0
     mass = float(torch.cat(distances).mean()) if distances else 0.0
     measured = (f"{name}: {count} positions of {len(rows)} rows: largest log-prob difference {worst:.1e} nats ({where or 'none'}), "
-                f"{worst / spread:.1e} of the log-probs' spread {spread:.2g}; probability mass moved {mass:.1e} a position on average")
-    if tol.engine_mass is None:
-        measured += f" (tolerance {tol.logprob:.0e} of the spread)"
-        sound = worst <= tol.logprob * spread
-    else:
-        measured += f" (tolerance {tol.engine_mass:.0e} of the mass)"
-        sound = mass <= tol.engine_mass
-    if sound:
+                f"{worst / spread:.1e} of the log-probs' spread {spread:.2g} (tolerance {tol.engine:.0e}); probability mass moved "
+                f"{mass:.1e} a position on average")
+    if worst <= tol.engine * spread:
         return Finding("engine", "pass", measured)
     return Finding("engine", "fail", measured, "the engine's cached decoding does not compute the model's forward (a position or cache "
                    "slot off, a layer computed differently): completions come from another model than the one trained; "
                    "rollout.engine = transformers uses the model's own forward")
+
+
+def full_forward(policy: PreTrainedModel, ids: torch.Tensor, mask: torch.Tensor) -> Callable[[int], torch.Tensor]:
+    """The reference: one uncached forward of whole rows; returns the logits at a column, (rows, V) fp32. For the
+    Llama family the decoder runs once and the output layer one column at a time, in fp32 under autocast as the
+    engine and the learner compute it (architecture.fp32_output_head): no (rows, length, V) tensor is held."""
+    positions = (mask.cumsum(1) - 1).clamp(min=0)
+    base = base_model(policy)
+    if getattr(base.config, "model_type", None) in LLAMA_FAMILY:
+        hidden = base.model(input_ids=ids, attention_mask=mask, position_ids=positions).last_hidden_state
+        head = fp32_output_head(policy)
+        return lambda column: (logits_in_fp32(head, hidden[:, column]) if head is not None else base.lm_head(hidden[:, column])).float()
+    logits = policy(input_ids=ids, attention_mask=mask, position_ids=positions).logits  # any other model: its own forward, whole
+    return lambda column: logits[:, column].float()
 
 
 def sampler_finding(learner: LocalLearner, policy: PreTrainedModel, rollouts: Rollouts, cfg: Config, tol: Tolerances) -> Finding:
@@ -387,11 +456,12 @@ def ray_finding(cfg: Config, model, tokenizer, examples: list[Example], local: R
     return Finding("ray", "pass", f"1 rollout worker: the same {int(local.completion_mask_BT.sum())} tokens, log-probs within {gap:.1e}")
 
 
-SHORT_RUN = ["train.steps=3", "checkpoint.every=1", "checkpoint.keep_last=3", "sft.steps=0", "sft.save_model=false", "eval.before_rl=false",
-             "eval.after_rl=false", "eval.every=0", "run.report_every=0", "run.trackers=[]", "rollout.prompts_per_step=2"]
+SHORT_RUN = ["train.steps=3", "checkpoint.every=1", "checkpoint.keep_last=1", "sft.steps=0", "sft.save_model=false", "train.save_model=true",
+             "eval.before_rl=false", "eval.after_rl=false", "eval.every=0", "run.report_every=0", "run.trackers=[]", "rollout.prompts_per_step=2"]
+RESUME_TIMEOUT_S = 3600  # each of the three child runs
 
 
-def resume_finding(config: str | None, overrides: list[str], workdir: Path) -> Finding:
+def resume_finding(config: str | None, overrides: list[str], workdir: Path, cfg: Config) -> Finding:
     """Three steps straight, against three steps SIGKILLed while sampling step 3 and resumed: the same
     metrics and the same final weights (bit for bit on CPU)."""
     command = [sys.executable, "-m", "rlvr.cli", "train" if config else "lab", "--quiet"]
@@ -401,7 +471,10 @@ def resume_finding(config: str | None, overrides: list[str], workdir: Path) -> F
         if kill:
             env["RLVR_KILL_AT"] = kill
         what = ["--resume", str(out)] if resume else [*([config] if config else []), *overrides, *SHORT_RUN, f"run.output_dir={json.dumps(str(out))}"]
-        return subprocess.run(command + what, env=env, capture_output=True, text=True)
+        try:
+            return subprocess.run(command + what, env=env, capture_output=True, text=True, timeout=RESUME_TIMEOUT_S)
+        except subprocess.TimeoutExpired as err:
+            return subprocess.CompletedProcess(err.cmd, 124, "", f"did not finish in {RESUME_TIMEOUT_S} s")
 
     straight, broken = workdir / "straight", workdir / "broken"
     done = run(straight)
@@ -418,6 +491,9 @@ def resume_finding(config: str | None, overrides: list[str], workdir: Path) -> F
     if len(metrics[0]) != 3:
         return Finding("resume", "fail", f"the 3-step run wrote {len(metrics[0])} metrics lines", "run it with rlvr train to see why")
     weights = [_weights(d / "model") for d in (straight, broken)]
+    if not weights[0] or weights[0].keys() != weights[1].keys():
+        return Finding("resume", "fail", f"the runs' model/ directories hold {len(weights[0])} and {len(weights[1])} weights, not the same set",
+                       "run it with rlvr train to see why")
     same_metrics = metrics[0] == metrics[1]
     gap = max((float((a.float() - b.float()).abs().max()) for a, b in zip(weights[0].values(), weights[1].values())), default=0.0)
     same_weights = weights[0].keys() == weights[1].keys() and gap == 0.0
@@ -425,7 +501,7 @@ def resume_finding(config: str | None, overrides: list[str], workdir: Path) -> F
                 f"final weights {'bit for bit equal' if same_weights else f'differ by up to {gap:.1e}'}")
     if same_metrics and same_weights:
         return Finding("resume", "pass", measured)
-    on_gpu = torch.cuda.is_available()
+    on_gpu = resolve_device(cfg.run.device).type == "cuda"
     if on_gpu and gap < 1e-3:  # GPU kernels are not bitwise deterministic run to run
         return Finding("resume", "warn", measured, "GPU kernels differ run to run in the last bits; CUDA's deterministic mode would make them equal")
     return Finding("resume", "fail", measured, "a state the run needs is not in its checkpoints (an RNG, the data order, the optimizer)")
@@ -504,19 +580,36 @@ def run_checks(cfg: Config, *, config_path: str | None, overrides: list[str], sk
             cfg = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, seeding="group"))
         # The check drives the learner's own sampling and reads the update's gradient through run_update on the model
         # it built and handed the learner (`model`), as a test would: a run's code never reads a learner's policy.
-        learner = LocalLearner(model, tokenizer, cfg)
-        with forward_precision(cfg, learner.device):
-            rollouts = learner.generate(examples).rollouts
-        run(("padding", "micro_batches", "token_budget"), lambda: update_findings(learner, model, rollouts, cfg, tol, lambda n: n not in skip))
-        run(("engine",), lambda: [engine_finding(learner, model, rollouts, cfg, tol)])
-        run(("sampler_logprobs",), lambda: [sampler_finding(learner, model, rollouts, cfg, tol)])
-        if cfg.distributed.backend != "ray":
-            findings.append(Finding("ray", "skip", "distributed.backend is local"))
+        sampled = ("dropout", "padding", "micro_batches", "token_budget", "engine", "sampler_logprobs", "ray")
+        try:
+            learner = LocalLearner(model, tokenizer, cfg)
+            with forward_precision(cfg, learner.device):
+                rollouts = learner.generate(examples).rollouts
+        except Exception as err:  # noqa: BLE001 - what needs a sampled batch cannot run; the rest still does
+            findings.extend(Finding(n, "fail", f"building the learner or sampling raised {type(err).__name__}: {err}", "the run would raise "
+                                    "the same at its first step") if n not in skip else Finding(n, "skip", "--skip") for n in sampled)
         else:
-            run(("ray",), lambda: [ray_finding(cfg, model, tokenizer, examples, rollouts)])
-        learner.close()
-        del learner, model
-        run(("resume",), lambda: [resume_finding(config_path, overrides, workdir)])
+            learner.sampler.rest()  # as the learner's update does: a vLLM engine on a GPU sleeps through it
+            dropout = dropout_sources(model)
+            run(("dropout",), lambda: [dropout_finding(dropout)])
+            with dropout_off(model, dropout):  # the comparisons need one computation, not two draws of masks
+                run(("padding", "micro_batches", "token_budget"), lambda: update_findings(learner, model, rollouts, cfg, tol, lambda n: n not in skip))
+                run(("engine",), lambda: [engine_finding(learner, model, rollouts, cfg, tol)])
+                run(("sampler_logprobs",), lambda: [sampler_finding(learner, model, rollouts, cfg, tol)])
+            if cfg.distributed.backend != "ray":
+                findings.append(Finding("ray", "skip", "distributed.backend is local"))
+            else:
+                run(("ray",), lambda: [ray_finding(cfg, model, tokenizer, examples, rollouts)])
+            close = getattr(learner.sampler, "close", None)  # a vLLM engine frees its device memory for the resume check's runs
+            if close is not None:
+                close()
+            learner.close()
+            del learner
+        del model
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        run(("resume",), lambda: [resume_finding(config_path, overrides, workdir, cfg)])
     order = {name: i for i, name in enumerate(CHECKS)}
     return CheckReport(sorted(findings, key=lambda f: order[f.name]), shown)
 
