@@ -44,7 +44,7 @@ from transformers import PreTrainedModel
 
 from rlvr.architecture import LLAMA_FAMILY, base_model, fp32_output_head, logits_in_fp32
 from rlvr.config import Config, ConfigError
-from rlvr.data import Example, chat_prompts, format_prompt, prompt_messages
+from rlvr.data import Example, chat_prompts, chat_template_text, format_prompt, prompt_messages
 from rlvr.learner import LocalLearner
 from rlvr.metrics import read_jsonl_records
 from rlvr.models import add_lora, resolve_device
@@ -138,9 +138,8 @@ def _spaced_at_specials(text: str, tokenizer) -> str:
 
 
 def render(tokenizer, messages: list[dict], data, *, add_generation_prompt: bool) -> str:
-    template = Path(data.chat_template).read_text(encoding="utf-8") if data.chat_template else None
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt, chat_template=template,
-                                         **data.chat_template_kwargs)
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt,
+                                         chat_template=chat_template_text(data), **data.chat_template_kwargs)
 
 
 def end_of_turn_finding(tokenizer, example: Example, cfg: Config) -> Finding:
