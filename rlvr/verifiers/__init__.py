@@ -10,7 +10,8 @@ This file imports nothing, so importing one verifier never loads the others. Whe
 * the verifiers themselves: :mod:`rlvr.verifiers.math` (``boxed_math``),
   :mod:`rlvr.verifiers.code` (``python_code``: sandboxed tests), :mod:`rlvr.verifiers.format`
   (``think_format``, ``mode_format``), :mod:`rlvr.verifiers.conciseness` (``brevity``),
-  :mod:`rlvr.verifiers.gym` (``reasoning_gym``).
+  :mod:`rlvr.verifiers.gym` (``reasoning_gym``), :mod:`rlvr.verifiers.worked_steps`
+  (``worked_steps``: a process reward on written arithmetic).
 
 docs/verifiers.md describes each one.
 """

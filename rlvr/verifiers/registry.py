@@ -17,6 +17,9 @@ Built in (see docs/verifiers.md):
   ``no_think``: an empty block, then the answer);
 * ``brevity``: a correct boxed answer in fewer characters scores more (a conciseness term for a
   reward mix, gated on boxed_math);
+* ``worked_steps``: a process reward on written arithmetic: the share of the row's worked
+  solution's equations written in order, 0 when any written equation is false
+  (:mod:`rlvr.verifiers.worked_steps`);
 * ``reasoning_gym``: reasoning-gym's own scorer for its generated tasks;
 * ``tool_calls_ok`` / ``tool_used``: tool-use success of a multi-turn rollout (every call well formed and run;
   at least one ran), from its `tool_calls` column (:mod:`rlvr.verifiers.tool_use`).
@@ -35,6 +38,7 @@ from rlvr.verifiers.format import mode_format, think_format
 from rlvr.verifiers.gym import reasoning_gym
 from rlvr.verifiers.math import boxed_math
 from rlvr.verifiers.tool_use import tool_calls_ok, tool_used
+from rlvr.verifiers.worked_steps import worked_steps
 
 __all__ = ["VERIFIERS", "Verifier", "get_verifier", "register"]
 
@@ -54,6 +58,7 @@ VERIFIERS: dict[str, Verifier] = {
     "reasoning_gym": reasoning_gym,
     "tool_calls_ok": tool_calls_ok,
     "tool_used": tool_used,
+    "worked_steps": worked_steps,
 }
 
 
