@@ -61,6 +61,9 @@ def test_padding_with_true_arithmetic_never_raises_the_score(seed):
                 continue  # a gold step (either way round for + and *) is working, not padding
             padded = "\n".join([true_eq, partial, true_eq, true_eq])
             assert worked_steps(padded, ex.answer, ex.solution) <= base + 1e-12
+            (x, _, y, _), = equations(true_eq)
+            if any({x, y} == {g[0], g[2]} for g in equations(ex.solution)):
+                continue  # on a step's own numbers it is a rival answer to the step (the hedging test)
             assert worked_steps(padded, ex.answer, ex.solution) >= base - 1e-12  # and does not cost a right step either
 
 
@@ -113,3 +116,84 @@ def test_scored_through_the_reward_contract_with_the_row_s_solution():
     s = score_completions(build_reward_terms(cfg), cfg, [e.prompt for e in examples], completions, examples, [20, 20, 20], 80)
     assert s.total_B.tolist() == pytest.approx([1.5, 0.0, 0.5 / 3])
     assert s.correct_B.tolist() == [1.0, 0.0, 0.0]
+
+
+def test_hedging_every_operation_on_a_step_s_numbers_earns_nothing_for_that_step():
+    # a shotgun of true equations on the step's two numbers holds the gold one whatever the story
+    # says: the first equation written on a step's numbers is its answer, and a rival ends the count
+    gold = "25 - 19 = 6\n6 / 2 = 3"
+    assert worked_steps("25 + 19 = 44\n25 - 19 = 6\n6 / 2 = 3", "3", gold) == 0.0
+    assert worked_steps("19 * 25 = 475\n25 - 19 = 6\n6 / 2 = 3", "3", gold) == 0.0  # in either order of the numbers
+    assert worked_steps("25 - 19 = 6\n6 * 2 = 12\n6 / 2 = 3", "3", gold) == 0.5  # a later step hedged: paid up to it
+    assert worked_steps("25 - 19 = 6\n25 + 19 = 44\n6 / 2 = 3", "3", gold) == 1.0  # committed first: later asides are free
+    assert worked_steps("5 * 5 = 25\n5 * 5 = 25\n5 + 5 = 10", "10", "5 * 5 = 25\n5 + 5 = 10") == 1.0  # a step restated is no rival
+
+
+@pytest.mark.parametrize("text", ["10 - 3 - 2 = 5", "7 * 4 + 6 = 34", "2 + 3 * 4 = 14", "3^2 + 4 = 13", "3 ^ 2 + 4 = 13",
+                                  "2 ** 3 + 1 = 9", "-6 + 10 = 4", "\u22126 + 10 = 4", "3 \\times 4 + 2 = 14"])
+def test_an_equation_is_read_whole_or_not_at_all(text):
+    # true as written, but read from its second number on each held a false `a op b = c`
+    assert equations(text) == []
+    assert worked_steps(GOLD + "\n" + text, "3", GOLD) == 1.0
+
+
+def test_a_sign_glued_to_the_first_number_is_not_dropped_and_a_bullet_is_no_sign():
+    assert worked_steps("-5 * 5 = 25\n25 - 19 = 6\n6 / 2 = 3", "3", GOLD) == 0.0  # -5 * 5 is not 25
+    assert worked_steps("- 5 * 5 = 25\n- 25 - 19 = 6\n* 6 / 2 = 3", "3", GOLD) == 1.0  # markdown bullets
+    assert worked_steps("She has 25\n- 25 - 19 = 6", "3", "25 - 19 = 6") == 1.0
+    assert worked_steps("**Step 1:** 5 * 5 = 25\n**25 - 19 = 6**\n*6 / 2 = 3*", "3", GOLD) == 1.0  # markdown bold, italics
+    assert worked_steps("100 - 25 - 19 = 6\n6 / 2 = 3", "3", "25 - 19 = 6\n6 / 2 = 3") == 0.0  # no step cut out of a false one
+
+
+@pytest.mark.parametrize("spelling,op", [("\\times", "*"), ("\\cdot", "*"), ("\\ast", "*"), ("\\div", "/"), ("\uff0b", "+"),
+                                         ("\uff0d", "-"), ("\ufe63", "-"), ("\u2010", "-"), ("\u2011", "-"), ("\u2012", "-"),
+                                         ("\uff0a", "*"), ("\u2217", "*"), ("\u2219", "*"), ("\u2715", "*"), ("\uff0f", "/"),
+                                         ("\u2215", "/")])
+def test_latex_fullwidth_and_unicode_operator_spellings_are_read(spelling, op):
+    false = {"+": "6 + 3 = 10", "-": "6 - 3 = 4", "*": "6 * 3 = 17", "/": "6 / 3 = 3"}[op].replace(f" {op} ", f" {spelling} ")
+    assert worked_steps(GOLD + "\n" + false, "3", GOLD) == 0.0
+    assert worked_steps(GOLD.replace(f" {op} ", f" {spelling} "), "3", GOLD) in (1.0, pytest.approx(2 / 3))  # honest credit
+
+
+@pytest.mark.parametrize("equals", ["==", "\uff1d", "&=", "\ufe66"])
+def test_every_spelling_of_equals_is_read(equals):
+    assert worked_steps(GOLD + "\n6 + 3 " + equals + " 10", "3", GOLD) == 0.0
+    assert worked_steps(GOLD.replace(" = ", f" {equals} "), "3", GOLD) == 1.0
+    assert equations("6 + 3 != 10") == equations("6 + 3 <= 10") == equations("6 + 3 \u2260 10") == []  # not equalities
+
+
+def test_invisible_characters_hide_nothing():
+    for mark in ["\u200b", "\u200c", "\u200d", "\u2060", "\ufeff", "\u00ad"]:
+        assert worked_steps(GOLD + f"\n6 +{mark}3 = 10", "3", GOLD) == 0.0
+        assert worked_steps(GOLD + f"\n1{mark}2 + 1 = 14", "3", GOLD) == 0.0  # nor split a number into a true equation
+
+
+@pytest.mark.parametrize("text", ["1,200 + 300 = 1,500", "5 + 20 = 5\u00b2", "5 + 20 = 5^2", "3 / 2 = 1\u00bd", "6 / 8 = 3/4"])
+def test_a_result_is_read_whole(text):
+    # each is true, and was read as a false integer equation (200 + 300 = 1, 5 + 20 = 5, 3 / 2 = 1, 6 / 8 = 3)
+    assert worked_steps(GOLD + "\n" + text, "3", GOLD) == 1.0
+    assert equations("1,200 + 300 = 1,400") == [(1200, "+", 300, 1400)]
+
+
+@pytest.mark.parametrize("digits", [4300, 4301, 100_000])
+def test_a_number_too_long_to_parse_raises_nothing(digits):
+    # int() refuses past 4300 digits, and a raise drops the row's every term (its reward goes missing)
+    assert worked_steps(GOLD + "\n" + "1" * digits + " + 1 = 2", "3", GOLD) == 1.0
+    assert worked_steps(GOLD + "\n2 + 2 = " + "4" * digits, "3", GOLD) == 1.0
+    assert worked_steps(GOLD + "\n" + "1" * digits + ",000 + 1 = 2", "3", GOLD) == 1.0
+
+
+def test_reading_stays_linear_on_long_adversarial_text():
+    import time
+    for text in ["1 + " * 50_000, "1 - 2 " * 50_000, "1" + " " * 200_000 + "a", "1,000" * 50_000, "\\times 1 " * 50_000,
+                 "1 = " * 50_000, "-1 " * 50_000]:
+        start = time.perf_counter()
+        worked_steps(text + "\n" + GOLD, "3", GOLD)
+        assert time.perf_counter() - start < 2.0
+
+
+def test_unicode_digits_read_as_their_values():
+    # \d matches every script's digits and int() reads them: the working is the same working
+    assert worked_steps("\u0665 * \u0665 = \u0662\u0665\n\u0662\u0665 - \u0661\u0669 = \u0666\n\u0666 / \u0662 = \u0663", "3", GOLD) == 1.0
+    assert worked_steps(GOLD + "\n\uff16 + \uff13 = \uff11\uff10", "3", GOLD) == 0.0
+    assert equations("2\u00b2 + 1 = 5") == []  # a superscript is no digit: 2² is no operand
