@@ -189,7 +189,7 @@ def test_reading_stays_linear_on_long_adversarial_text():
                  "1 = " * 50_000, "-1 " * 50_000]:
         start = time.perf_counter()
         worked_steps(text + "\n" + GOLD, "3", GOLD)
-        assert time.perf_counter() - start < 2.0
+        assert time.perf_counter() - start < 10.0  # linear: ~0.05-0.4 s here; a quadratic scan of these would take minutes
 
 
 def test_unicode_digits_read_as_their_values():
